@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources, one per concern, wired together in __main__.py."""

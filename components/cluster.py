@@ -1,0 +1,195 @@
+"""The EKS control plane, its CPU system node group, and the Kubernetes provider every Kubernetes
+object of the stack goes through.
+
+- Access: EKS access entries (authentication mode API). EKS makes whoever creates the cluster an
+  admin; `cluster.adminPrincipalArns` adds more.
+- Add-ons: vpc-cni and kube-proxy are EKS managed add-ons that pulumi-eks creates with the cluster;
+  coredns is created here, after the system nodes exist, because a managed coredns add-on created
+  before any node can schedule it stays DEGRADED until it times out (pulumi/pulumi-eks#1525).
+- Security: Kubernetes secrets encrypted with KMS, control-plane logs on, IMDSv2 required on nodes,
+  nodes only in private subnets, a node role with only the three policies a node needs.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from config.cluster import SYSTEM_NODE_LABELS, ClusterConfig, SystemNodesConfig
+
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",  # kubelet: describe the cluster and EC2
+    "AmazonEKS_CNI_Policy",  # vpc-cni (aws-node) assigns pod IPs from the node's ENIs
+    "AmazonEC2ContainerRegistryReadOnly",  # pull the Ray LLM DLC and add-on images from ECR
+)
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+
+
+def partition_of(region: str) -> str:
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+class ClusterArgs:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        system_nodes: SystemNodesConfig,
+        region: str,
+        vpc_id: pulumi.Input[str],
+        private_subnet_ids: pulumi.Input[list[str]],
+    ):
+        self.config = config
+        self.system_nodes = system_nodes
+        self.region = region
+        self.vpc_id = vpc_id
+        self.private_subnet_ids = private_subnet_ids
+
+
+class Cluster(pulumi.ComponentResource):
+    eks_cluster: eks.Cluster
+    """The pulumi-eks cluster; node groups attach to it."""
+    cluster_name: pulumi.Output[str]
+    """EKS cluster name."""
+    kubeconfig: pulumi.Output[str]
+    """Kubeconfig (JSON) that authenticates with `aws eks get-token`; a Pulumi secret."""
+    node_role: aws.iam.Role
+    """IAM role of every node (system and GPU)."""
+    node_role_policies: list[aws.iam.RolePolicyAttachment]
+    """The role's policy attachments; a node group must wait for them or its nodes cannot join."""
+    system_node_group: eks.ManagedNodeGroup
+    """The CPU node group labelled role=system."""
+    provider: k8s.Provider
+    """Kubernetes provider built from the kubeconfig; every Kubernetes object uses it."""
+    oidc_provider_arn: pulumi.Output[str]
+    """IAM OIDC provider of the cluster, for IAM roles for service accounts."""
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        config = args.config
+        partition = partition_of(args.region)
+
+        key_arn: pulumi.Input[str]
+        if config.secrets_kms_key_arn:
+            key_arn = config.secrets_kms_key_arn
+        else:
+            key = aws.kms.Key(
+                f"{name}-secrets",
+                description=f"Envelope encryption of Kubernetes secrets in EKS cluster {config.name}",
+                enable_key_rotation=True,
+                deletion_window_in_days=7,
+                opts=child,
+            )
+            key_arn = key.arn
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=aws.iam.get_policy_document_output(
+                statements=[
+                    aws.iam.GetPolicyDocumentStatementArgs(
+                        actions=["sts:AssumeRole"],
+                        principals=[
+                            aws.iam.GetPolicyDocumentStatementPrincipalArgs(
+                                type="Service", identifiers=["ec2.amazonaws.com"]
+                            )
+                        ],
+                    )
+                ]
+            ).json,
+            description=f"Nodes of EKS cluster {config.name}",
+            opts=child,
+        )
+        self.node_role_policies = attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=self.node_role.name,
+                policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+                opts=child,
+            )
+            for policy in NODE_POLICIES
+        ]
+
+        self.eks_cluster = eks.Cluster(
+            f"{name}-eks",
+            name=config.name,
+            version=config.kubernetes_version,
+            vpc_id=args.vpc_id,
+            # Control-plane ENIs and every node go to private subnets; load balancers find the
+            # public subnets by their kubernetes.io/role/elb tag.
+            private_subnet_ids=args.private_subnet_ids,
+            skip_default_node_group=True,
+            create_oidc_provider=True,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries={
+                f"admin-{i}": eks.AccessEntryArgs(
+                    principal_arn=arn,
+                    access_policies={
+                        "cluster-admin": eks.AccessPolicyAssociationArgs(
+                            policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{CLUSTER_ADMIN_POLICY}",
+                            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                        )
+                    },
+                )
+                for i, arn in enumerate(config.admin_principal_arns)
+            }
+            or None,
+            endpoint_private_access=True,
+            endpoint_public_access=config.endpoint_public_access,
+            public_access_cidrs=[str(c) for c in config.public_access_cidrs]
+            if config.endpoint_public_access
+            else None,
+            encryption_config_key_arn=key_arn,
+            enabled_cluster_log_types=list(config.log_types),
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            tags={"Name": config.name},
+            opts=child,
+        )
+        self.cluster_name = pulumi.Output.from_input(config.name)
+
+        system = args.system_nodes
+        self.system_node_group = eks.ManagedNodeGroup(
+            f"{name}-system",
+            cluster=self.eks_cluster,
+            node_role=self.node_role,
+            subnet_ids=args.private_subnet_ids,
+            instance_types=[system.instance_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=system.min_size, desired_size=system.desired_size, max_size=system.max_size
+            ),
+            labels=dict(SYSTEM_NODE_LABELS),
+            disk_size=system.disk_size_gib,
+            operating_system=eks.OperatingSystem.AL2023,
+            enable_imd_sv2=True,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=attachments)),
+        )
+
+        aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=config.name,
+            addon_name="coredns",
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[self.eks_cluster, self.system_node_group])
+            ),
+        )
+
+        # pulumi-eks does not mark the kubeconfig secret (it holds no credentials, only an
+        # `aws eks get-token` call); we do, so it never shows in logs or plain state.
+        self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
+
+        self.register_outputs(
+            {
+                "clusterName": self.cluster_name,
+                "kubeconfig": self.kubeconfig,
+                "oidcProviderArn": self.oidc_provider_arn,
+            }
+        )

@@ -1,0 +1,346 @@
+"""The KubeRay RayService as typed models, and the one function that builds it from the config.
+
+Field names mirror the `ray.io/v1` CRD we pin (KubeRay 1.7.0) and the core Pod API; only the fields we
+set are modelled. Attributes are snake_case and render camelCase; unknown fields are errors here,
+because the API server would silently prune them. `to_dict()` is the only renderer: the Pulumi
+component and `python -m ops render` both call it, so what you review is what gets applied.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from components.serve_app import build_serve_config
+from config.base import Quantity
+from config.capacity import worker_resources
+from config.catalog import InstanceType
+from config.cluster import GPU_NODE_LABELS, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from config.settings import Settings
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HF_TOKEN_SECRET = "hf-token"
+"""Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
+HF_TOKEN_KEY = "token"
+MODEL_CACHE_PATH = "/data/huggingface"
+
+
+class K8sModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class ObjectFieldSelector(K8sModel):
+    field_path: str
+
+
+class SecretKeySelector(K8sModel):
+    name: str
+    key: str
+
+
+class EnvVarSource(K8sModel):
+    field_ref: ObjectFieldSelector | None = None
+    secret_key_ref: SecretKeySelector | None = None
+
+
+class EnvVar(K8sModel):
+    name: str
+    value: str | None = None
+    value_from: EnvVarSource | None = None
+
+
+class ContainerPort(K8sModel):
+    name: str
+    container_port: int = Field(gt=0, lt=65536)
+
+
+class ResourceRequirements(K8sModel):
+    requests: dict[str, Quantity]
+    limits: dict[str, Quantity]
+
+
+class VolumeMount(K8sModel):
+    name: str
+    mount_path: str
+
+
+class SecurityContext(K8sModel):
+    privileged: bool
+
+
+class ExecAction(K8sModel):
+    command: list[str]
+
+
+class LifecycleHandler(K8sModel):
+    exec_: ExecAction = Field(alias="exec")
+
+
+class Lifecycle(K8sModel):
+    pre_stop: LifecycleHandler
+
+
+class Container(K8sModel):
+    name: str
+    image: str
+    ports: list[ContainerPort] | None = None
+    env: list[EnvVar] | None = None
+    resources: ResourceRequirements
+    volume_mounts: list[VolumeMount] | None = None
+    security_context: SecurityContext | None = None
+    lifecycle: Lifecycle | None = None
+
+
+class EmptyDirVolumeSource(K8sModel):
+    medium: Literal["Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+class Volume(K8sModel):
+    name: str
+    empty_dir: EmptyDirVolumeSource
+
+
+class Toleration(K8sModel):
+    key: str
+    operator: Literal["Exists", "Equal"]
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class PodSpec(K8sModel):
+    containers: list[Container] = Field(min_length=1)
+    volumes: list[Volume] | None = None
+    node_selector: dict[str, str]
+    tolerations: list[Toleration] | None = None
+
+
+class PodTemplate(K8sModel):
+    spec: PodSpec
+
+
+class HeadGroupSpec(K8sModel):
+    ray_start_params: dict[str, str]
+    template: PodTemplate
+
+
+class WorkerGroupSpec(K8sModel):
+    group_name: str
+    replicas: int = Field(ge=0)
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=0)
+    ray_start_params: dict[str, str]
+    template: PodTemplate
+
+
+class RayClusterSpec(K8sModel):
+    ray_version: str
+    head_group_spec: HeadGroupSpec
+    worker_group_specs: list[WorkerGroupSpec]
+
+
+class UpgradeStrategy(K8sModel):
+    type: Literal["NewCluster", "None"]
+
+
+class RayServiceSpec(K8sModel):
+    upgrade_strategy: UpgradeStrategy
+    serve_config_v2: str
+    ray_cluster_config: RayClusterSpec
+
+
+class ObjectMeta(K8sModel):
+    name: str
+    namespace: str
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class RayServiceManifest(K8sModel):
+    api_version: Literal["ray.io/v1"] = "ray.io/v1"
+    kind: Literal["RayService"] = "RayService"
+    metadata: ObjectMeta
+    spec: RayServiceSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as the API server sees it: camelCase, unset fields absent (never null)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """What the serving layer needs to know about the nodes it runs on, and nothing else, so that it
+    can target any cluster whose nodes carry these labels."""
+
+    system_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_LABELS))
+    gpu_selector: dict[str, str] = field(default_factory=lambda: {"role": GPU_NODE_LABELS["role"]})
+    gpu_taint_key: str | None = GPU_TAINT_KEY
+    gpu_instance: InstanceType | None = None
+    gpu_pods_per_node: int = 1
+
+
+def placement_for(settings: Settings) -> NodePlacement:
+    return NodePlacement(
+        gpu_taint_key=GPU_TAINT_KEY if settings.gpu_nodes.taint else None,
+        gpu_instance=settings.gpu_nodes.spec,
+        gpu_pods_per_node=settings.gpu_pods_per_node,
+    )
+
+
+def ready_annotations(settings: Settings) -> dict[str, str]:
+    """pulumi-kubernetes' await rules: `pulumi up` returns once the RayService is Ready (KubeRay: serve
+    endpoints exist, for the current generation) and the application reports RUNNING."""
+    app = settings.serving.application_name
+    return {
+        "pulumi.com/waitFor": json.dumps(
+            [
+                "condition=Ready",
+                f"jsonpath={{.status.activeServiceStatus.applicationStatuses.{app}.status}}=RUNNING",
+            ]
+        ),
+        "pulumi.com/timeoutSeconds": str(settings.serving.ready_timeout_minutes * 60),
+    }
+
+
+def _ray_stop() -> Lifecycle:
+    return Lifecycle(pre_stop=LifecycleHandler(exec=ExecAction(command=["/bin/sh", "-c", "ray stop"])))
+
+
+def serve_service_name(settings: Settings) -> str:
+    """The Service KubeRay creates in front of the serve application (port 8000)."""
+    return f"{settings.serving.name}-serve-svc"
+
+
+def build_rayservice(settings: Settings, placement: NodePlacement) -> RayServiceManifest:
+    serving, model = settings.serving, settings.model
+    hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
+    image = settings.image
+    serve_config = build_serve_config(model, serving.application_name)
+    gpu = placement.gpu_instance or settings.gpu_nodes.spec
+    worker_size = worker_resources(gpu, placement.gpu_pods_per_node, serving.worker)
+    tp = model.tensor_parallel_size
+    head = serving.head
+
+    head_pod = PodSpec(
+        node_selector=dict(placement.system_selector),
+        containers=[
+            Container(
+                name="ray-head",
+                image=image,
+                ports=[
+                    ContainerPort(name="gcs-server", container_port=6379),
+                    ContainerPort(name="dashboard", container_port=8265),
+                    # KubeRay points the <name>-serve-svc Service at the port named "serve".
+                    ContainerPort(name="serve", container_port=8000),
+                ],
+                resources=ResourceRequirements(
+                    requests={"cpu": head.cpu_request, "memory": head.memory_request},
+                    limits={"cpu": head.cpu_limit, "memory": head.memory_limit},
+                ),
+                lifecycle=_ray_stop(),
+            )
+        ],
+    )
+
+    env = [
+        # libfabric's EFA provider; NIXL's LIBFABRIC backend goes through it.
+        EnvVar(name="FI_PROVIDER", value="efa"),
+        # vLLM advertises this address to the other side for the NIXL handshake.
+        EnvVar(
+            name="VLLM_HOST_IP",
+            value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path="status.podIP")),
+        ),
+        # Qwen3.5's hybrid (Gated DeltaNet) layers need this state layout for NIXL state transfer.
+        EnvVar(name="VLLM_SSM_CONV_STATE_LAYOUT", value="DS"),
+        EnvVar(name="HF_HOME", value=MODEL_CACHE_PATH),
+    ]
+    if gpu.gpudirect_rdma:
+        # Only P-series GPUs can register GPU memory with the EFA NIC directly; g5/g6/g6e cannot.
+        env.append(EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    if hf_token_secret:
+        env.append(
+            EnvVar(
+                name="HF_TOKEN",
+                value_from=EnvVarSource(
+                    secret_key_ref=SecretKeySelector(name=hf_token_secret, key=HF_TOKEN_KEY)
+                ),
+            )
+        )
+    worker_limits = {
+        "cpu": worker_size.cpu,
+        "memory": worker_size.memory,
+        GPU_RESOURCE: str(tp),
+        EFA_RESOURCE: "1",
+    }
+    tolerations = (
+        [Toleration(key=placement.gpu_taint_key, operator="Exists", effect="NoSchedule")]
+        if placement.gpu_taint_key
+        else None
+    )
+    worker_pod = PodSpec(
+        node_selector=dict(placement.gpu_selector),
+        tolerations=tolerations,
+        containers=[
+            Container(
+                name="ray-worker",
+                image=image,
+                env=env,
+                # Requests equal limits: Guaranteed QoS. The memory limit is most of the node, so the
+                # page cache keeps the checkpoint and a restart loads weights in seconds.
+                resources=ResourceRequirements(requests=worker_limits, limits=worker_limits),
+                volume_mounts=[
+                    VolumeMount(name="dshm", mount_path="/dev/shm"),
+                    VolumeMount(name="model-cache", mount_path="/data"),
+                ],
+                # NIXL registers CUDA memory with the EFA NIC; IPC_LOCK alone is not enough. Only the
+                # GPU workers run privileged, and their namespace's Pod Security level says so.
+                security_context=SecurityContext(privileged=True),
+                lifecycle=_ray_stop(),
+            )
+        ],
+        volumes=[
+            Volume(
+                name="dshm",
+                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=serving.worker.shm_size),
+            ),
+            # Survives container restarts (not pod deletion): the weights are downloaded once per pod.
+            Volume(name="model-cache", empty_dir=EmptyDirVolumeSource()),
+        ],
+    )
+
+    workers = model.workers
+    return RayServiceManifest(
+        metadata=ObjectMeta(
+            name=serving.name,
+            namespace=serving.namespace,
+            labels={"app.kubernetes.io/name": serving.name, "app.kubernetes.io/managed-by": "pulumi"},
+            annotations=ready_annotations(settings),
+        ),
+        spec=RayServiceSpec(
+            upgrade_strategy=UpgradeStrategy(
+                type="NewCluster" if settings.zero_downtime_upgrades else "None"
+            ),
+            serve_config_v2=serve_config.to_yaml(),
+            ray_cluster_config=RayClusterSpec(
+                ray_version=serving.ray_version,
+                head_group_spec=HeadGroupSpec(
+                    ray_start_params={"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+                    template=PodTemplate(spec=head_pod),
+                ),
+                worker_group_specs=[
+                    WorkerGroupSpec(
+                        group_name="gpu-workers",
+                        replicas=workers,
+                        min_replicas=workers,
+                        max_replicas=workers,
+                        ray_start_params={"num-gpus": str(tp)},
+                        template=PodTemplate(spec=worker_pod),
+                    )
+                ],
+            ),
+        ),
+    )

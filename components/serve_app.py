@@ -1,0 +1,133 @@
+"""The Ray Serve application inside the RayService: `serveConfigV2`, in Serve's snake_case vocabulary.
+
+One application runs `ray.serve.llm:build_pd_openai_app`: a prefill deployment and a decode deployment
+of the same model behind one OpenAI-compatible ingress. vLLM's NixlConnector moves the KV cache from
+the prefill GPU to the decode GPU; `backends: [LIBFABRIC]` makes NIXL use EFA through libfabric.
+Without it NIXL picks UCX, which on EFA runs at TCP speed and says nothing about it.
+
+Ray's own models accept unknown keys on purpose (older Serve reading newer configs); we generate the
+config, so ours refuse them, and the tests check the output against Ray 2.58's own schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from config.serving import ModelConfig
+
+PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+
+
+class ServeModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NixlExtraConfig(ServeModel):
+    backends: list[Literal["LIBFABRIC", "UCX"]] = Field(min_length=1)
+
+
+class KvTransferConfig(ServeModel):
+    kv_connector: Literal["NixlConnector"] = "NixlConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    engine_id: str = Field(min_length=1, description="Distinct per side: prefill, decode.")
+    kv_connector_extra_config: NixlExtraConfig
+
+
+class EngineKwargs(ServeModel):
+    # Further vLLM engine arguments (model.extraEngineKwargs) pass through; Ray checks them against
+    # vLLM's AsyncEngineArgs when it builds the engine.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_model_len: int = Field(gt=0)
+    dtype: str
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    enforce_eager: bool
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    kv_transfer_config: KvTransferConfig
+
+
+class ModelLoadingConfig(ServeModel):
+    model_id: str = Field(min_length=1)
+    model_source: str = Field(min_length=1)
+
+
+class DeploymentConfig(ServeModel):
+    num_replicas: int = Field(ge=1)
+
+
+class LLMSide(ServeModel):
+    model_loading_config: ModelLoadingConfig
+    engine_kwargs: EngineKwargs
+    deployment_config: DeploymentConfig
+
+
+class PDArgs(ServeModel):
+    prefill_config: LLMSide
+    decode_config: LLMSide
+
+    @model_validator(mode="after")
+    def _same_model_distinct_engines(self) -> PDArgs:
+        prefill, decode = self.prefill_config, self.decode_config
+        if prefill.model_loading_config.model_id != decode.model_loading_config.model_id:
+            raise ValueError(
+                "prefill and decode must serve the same model_id "
+                f"({prefill.model_loading_config.model_id!r} != {decode.model_loading_config.model_id!r})"
+            )
+        prefill_engine = prefill.engine_kwargs.kv_transfer_config.engine_id
+        if prefill_engine == decode.engine_kwargs.kv_transfer_config.engine_id:
+            raise ValueError(f"prefill and decode share the NIXL engine_id {prefill_engine!r}")
+        return self
+
+
+class ServeApplication(ServeModel):
+    name: str = Field(min_length=1)
+    import_path: Literal["ray.serve.llm:build_pd_openai_app"] = PD_IMPORT_PATH
+    route_prefix: str = "/"
+    args: PDArgs
+
+
+class ServeConfig(ServeModel):
+    applications: list[ServeApplication] = Field(min_length=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_yaml(self) -> str:
+        """The serveConfigV2 string: keys in declaration order, so the same config is the same text."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=120)
+
+
+def _side(model: ModelConfig, engine_id: str, replicas: int) -> LLMSide:
+    return LLMSide(
+        model_loading_config=ModelLoadingConfig(model_id=model.id, model_source=model.source),
+        engine_kwargs=EngineKwargs(
+            max_model_len=model.max_model_len,
+            dtype=model.dtype,
+            gpu_memory_utilization=model.gpu_memory_utilization,
+            enforce_eager=model.enforce_eager,
+            tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
+            kv_transfer_config=KvTransferConfig(
+                engine_id=engine_id,
+                kv_connector_extra_config=NixlExtraConfig(backends=list(model.nixl_backends)),
+            ),
+            **model.extra_engine_kwargs,
+        ),
+        deployment_config=DeploymentConfig(num_replicas=replicas),
+    )
+
+
+def build_serve_config(model: ModelConfig, application_name: str) -> ServeConfig:
+    return ServeConfig(
+        applications=[
+            ServeApplication(
+                name=application_name,
+                args=PDArgs(
+                    prefill_config=_side(model, "prefill", model.prefill_replicas),
+                    decode_config=_side(model, "decode", model.decode_replicas),
+                ),
+            )
+        ]
+    )

@@ -1,0 +1,185 @@
+"""What the GPU hardware can carry: worker pods per node, their CPU and memory, and the fit check
+that decides at preview time whether the model can start at all.
+
+The fit check, per GPU (tensor parallelism splits weights and KV cache evenly over `tp` GPUs):
+
+    budget   = GPU memory (catalog) x gpuMemoryUtilization
+    need     = weights / tp + runtime overhead + KV cache for one maxModelLen sequence / tp
+    weights  = parameters x bytes per dtype element        (or the checkpoint size if only that is known)
+    overhead = 1.0 GiB with enforceEager (CUDA context, activation peak), 1.5 GiB with CUDA graphs
+    KV cache = kvCacheBytesPerToken x maxModelLen
+
+vLLM refuses to start when its KV cache cannot hold one `max_model_len` sequence, which is why one
+full sequence is the bar. And host memory: the worker's memory limit must leave the page cache room
+for the checkpoint next to the engine's own processes, or every restart reads the weights from disk
+again (~145 s instead of ~2 s on g6.8xlarge).
+
+Limits: the overhead is an estimate (vLLM profiles it at start-up; measured 0.8-1 GiB for 8-9 B models
+on one GPU in eager mode); linear-attention state (Qwen3.5's Gated DeltaNet layers) is per sequence,
+not per token, and small; quantized checkpoints need `parametersBillions` with `dtype` describing the
+stored width or `checkpointGib`. A pass means "can start", not "has a large batch".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from config.base import quantity_value
+from config.catalog import InstanceType
+
+if TYPE_CHECKING:
+    from config.serving import ModelConfig, WorkerConfig
+
+GIB = 2**30
+DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
+HOST_OVERHEAD_GIB = 12.0
+"""Resident memory of Ray's raylet, the vLLM engine process and the tokenizer, beside the page cache."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    parameters_billions: float
+    checkpoint_gib: float
+    kv_cache_bytes_per_token: int
+    source: str
+
+
+KNOWN_MODELS: dict[str, ModelSize] = {
+    # 9,653,104,368 parameters (vision encoder and MTP layer included), bf16 checkpoint ~18 GiB in
+    # 4 safetensors shards. 32 layers, of which 8 full attention (every 4th) with 4 KV heads of dim
+    # 256: 8 x 2 (K, V) x 4 x 256 x 2 bytes = 32 KiB per token; the 24 Gated DeltaNet layers keep a
+    # fixed state per sequence instead.
+    "Qwen/Qwen3.5-9B": ModelSize(
+        parameters_billions=9.653,
+        checkpoint_gib=18.0,
+        kv_cache_bytes_per_token=8 * 2 * 4 * 256 * 2,
+        source="huggingface.co/Qwen/Qwen3.5-9B config.json (layer_types, num_key_value_heads, head_dim)",
+    ),
+}
+
+
+def pods_per_node(spec: InstanceType, tensor_parallel_size: int) -> int:
+    """GPU worker pods one node hosts: each takes `tp` GPUs and one EFA interface."""
+    return max(0, min(spec.gpus // tensor_parallel_size, spec.efa_interfaces))
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    cpu: str
+    memory: str
+    memory_gib: float
+
+
+def worker_resources(spec: InstanceType, per_node: int, worker: WorkerConfig) -> WorkerResources:
+    """CPU and memory of one GPU worker pod: the node's share after what the node keeps for itself.
+
+    The node keeps max(2, vCPU/16) vCPUs and 8 % of its memory + 4 GiB for the kubelet's reservation
+    (EKS AL2023: ~255 MiB + 11 MiB per pod), eviction threshold and the DaemonSets (aws-node,
+    kube-proxy, device plugins). On g6.8xlarge that leaves 30 vCPU and 113 GiB: far above the ~18 GiB
+    checkpoint, so the page cache keeps the weights across restarts.
+    """
+    cpu_free = spec.vcpu - max(2, spec.vcpu // 16)
+    memory_free = spec.memory_gib - (math.ceil(spec.memory_gib * 0.08) + 4)
+    cpu = worker.cpu or str(max(1, cpu_free // max(per_node, 1)))
+    memory = worker.memory or f"{max(1, memory_free // max(per_node, 1))}Gi"
+    return WorkerResources(cpu=cpu, memory=memory, memory_gib=quantity_value(memory) / GIB)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    instance: InstanceType
+    utilization: float
+    tensor_parallel_size: int
+    weights_gib: float
+    overhead_gib: float
+    kv_cache_gib: float
+    checkpoint_gib: float
+    worker_memory_gib: float
+    problems: tuple[str, ...]
+
+    @property
+    def budget_gib(self) -> float:
+        return self.instance.gpu_memory_gib * self.utilization
+
+    @property
+    def need_gib(self) -> float:
+        tp = self.tensor_parallel_size
+        return self.weights_gib / tp + self.overhead_gib + self.kv_cache_gib / tp
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.problems:
+            return "model does not fit: " + "; ".join(self.problems)
+        page_cache = self.worker_memory_gib - HOST_OVERHEAD_GIB - self.checkpoint_gib
+        margin = self.budget_gib - self.need_gib
+        return (
+            f"model fits {self.instance.name}: needs {self.need_gib:.1f} GiB of the "
+            f"{self.budget_gib:.1f} GiB GPU budget per GPU (margin {margin:.1f} GiB); "
+            f"worker memory {self.worker_memory_gib:.0f} GiB keeps the {self.checkpoint_gib:.0f} GiB "
+            f"checkpoint in page cache with {page_cache:.0f} GiB to spare"
+        )
+
+
+def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per_node: int) -> FitReport:
+    known = KNOWN_MODELS.get(model.source)
+    params = model.parameters_billions or (known.parameters_billions if known else None)
+    checkpoint = model.checkpoint_gib or (known.checkpoint_gib if known else None)
+    kv_per_token = model.kv_cache_bytes_per_token or (known.kv_cache_bytes_per_token if known else None)
+    problems: list[str] = []
+    if params is None and checkpoint is None:
+        problems.append(
+            f"the size of {model.source} is unknown; set model.parametersBillions or model.checkpointGib"
+        )
+    if kv_per_token is None:
+        problems.append(
+            f"the KV cache of {model.source} is unknown; set model.kvCacheBytesPerToken "
+            "(2 x attention layers x KV heads x head dim x dtype bytes)"
+        )
+    dtype_bytes = DTYPE_BYTES[model.dtype]
+    weights = params * 1e9 * dtype_bytes / GIB if params is not None else (checkpoint or 0.0)
+    checkpoint = checkpoint if checkpoint is not None else weights
+    resources = worker_resources(spec, per_node, worker)
+    report = FitReport(
+        instance=spec,
+        utilization=model.gpu_memory_utilization,
+        tensor_parallel_size=model.tensor_parallel_size,
+        weights_gib=weights,
+        overhead_gib=1.0 if model.enforce_eager else 1.5,
+        kv_cache_gib=(kv_per_token or 0) * model.max_model_len / GIB,
+        checkpoint_gib=checkpoint,
+        worker_memory_gib=resources.memory_gib,
+        problems=(),
+    )
+    if problems:
+        return _with(report, problems)
+    gpu = f"{spec.name}: {spec.describe_gpu()} x {model.gpu_memory_utilization:.2f}"
+    tp = model.tensor_parallel_size
+    if weights / tp > report.budget_gib:
+        problems.append(
+            f"weights {weights / tp:.1f} GiB per GPU exceed the {report.budget_gib:.1f} GiB budget of {gpu}"
+        )
+    elif report.need_gib > report.budget_gib:
+        problems.append(
+            f"weights {weights / tp:.1f} GiB + runtime {report.overhead_gib:.1f} GiB + KV cache "
+            f"{report.kv_cache_gib / tp:.2f} GiB for model.maxModelLen {model.max_model_len} need "
+            f"{report.need_gib:.1f} GiB per GPU, above the {report.budget_gib:.1f} GiB budget of {gpu}; "
+            "lower maxModelLen, raise gpuMemoryUtilization or tensorParallelSize, or pick a larger GPU"
+        )
+    if resources.memory_gib < checkpoint + HOST_OVERHEAD_GIB:
+        problems.append(
+            f"worker memory {resources.memory} leaves no page cache for the {checkpoint:.0f} GiB "
+            f"checkpoint next to {HOST_OVERHEAD_GIB:.0f} GiB of processes; raise serving.worker.memory "
+            f"to at least {math.ceil(checkpoint + HOST_OVERHEAD_GIB)}Gi"
+        )
+    return _with(report, problems)
+
+
+def _with(report: FitReport, problems: list[str]) -> FitReport:
+    from dataclasses import replace
+
+    return replace(report, problems=tuple(problems))

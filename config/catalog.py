@@ -1,0 +1,149 @@
+"""A small catalog of EC2 instance types: what the config validators, the pod sizing and the fit check
+know about the hardware, without asking AWS at preview time.
+
+Sources (read 2026-11): AWS "Accelerated computing instance specifications"
+(https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html) and "General purpose instance
+specifications" (https://docs.aws.amazon.com/ec2/latest/instancetypes/gp.html); vCPU, memory, GPU
+memory and the maximum EFA interfaces as EC2's DescribeInstanceTypes reports them, tabulated in
+aws/karpenter-provider-aws website/content/en/docs/reference/instance-types.md; the EFA device
+plugin's allow-list (aws/eks-charts stable/aws-efa-k8s-device-plugin/values.yaml), which agrees that
+g5/g6/g6e have EFA from 8xlarge up; GPUDirect RDMA only on P-series from p4d (aws/aws-ofi-nccl#547).
+`gpu_memory_gib` is the memory per GPU that vLLM's `gpu_memory_utilization` is a fraction of: what
+nvidia-smi reports where we have a reading (A10G 23028 MiB, L4 23034 MiB), else EC2's figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    vcpu: int
+    memory_gib: int
+    gpus: int = 0
+    gpu_model: str = ""
+    gpu_memory_gb: int = 0
+    """Per GPU, as AWS states it (decimal GB)."""
+    gpu_memory_gib: float = 0.0
+    """Per GPU, as the driver reports it (what vLLM budgets against)."""
+    efa_interfaces: int = 0
+    """Maximum EFA interfaces; 0 means the type has no EFA."""
+    gpudirect_rdma: bool = False
+    source: str = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpus > 0
+
+    @property
+    def has_efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    def describe_gpu(self) -> str:
+        return f"{self.gpu_model} {self.gpu_memory_gb} GB"
+
+
+_AC = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
+_GP = "https://docs.aws.amazon.com/ec2/latest/instancetypes/gp.html"
+
+# Memory per GPU in GiB: nvidia-smi's total where known, else EC2's MiB figure.
+_A10G = 22.49  # nvidia-smi 23028 MiB
+_L4 = 22.49  # nvidia-smi 23034 MiB
+_L40S = 44.70  # EC2 45776 MiB
+_A100_40 = 40.0  # EC2 40960 MiB
+_H100_80 = 80.0  # EC2 81920 MiB
+_H200 = 141.0  # EC2 144384 MiB
+
+CATALOG: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        # CPU types for the system node group.
+        InstanceType("m7i.large", vcpu=2, memory_gib=8, source=_GP),
+        InstanceType("m7i.xlarge", vcpu=4, memory_gib=16, source=_GP),
+        InstanceType("m7i.2xlarge", vcpu=8, memory_gib=32, source=_GP),
+        InstanceType("m7i.4xlarge", vcpu=16, memory_gib=64, source=_GP),
+        # GPU types without EFA: valid GPUs, refused for the EFA worker group.
+        InstanceType("g5.xlarge", 4, 16, 1, "A10G", 24, _A10G, source=_AC),
+        InstanceType("g6.xlarge", 4, 16, 1, "L4", 24, _L4, source=_AC),
+        InstanceType("g6.2xlarge", 8, 32, 1, "L4", 24, _L4, source=_AC),
+        InstanceType("g6.4xlarge", 16, 64, 1, "L4", 24, _L4, source=_AC),
+        # g5: NVIDIA A10G, EFA from 8xlarge up.
+        InstanceType("g5.8xlarge", 32, 128, 1, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        InstanceType("g5.12xlarge", 48, 192, 4, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        InstanceType("g5.16xlarge", 64, 256, 1, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        InstanceType("g5.24xlarge", 96, 384, 4, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        InstanceType("g5.48xlarge", 192, 768, 8, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        # g6: NVIDIA L4, EFA from 8xlarge up, no GPUDirect RDMA.
+        InstanceType("g6.8xlarge", 32, 128, 1, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        InstanceType("g6.12xlarge", 48, 192, 4, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        InstanceType("g6.16xlarge", 64, 256, 1, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        InstanceType("g6.24xlarge", 96, 384, 4, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        InstanceType("g6.48xlarge", 192, 768, 8, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        # g6e: NVIDIA L40S.
+        InstanceType("g6e.8xlarge", 32, 256, 1, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
+        InstanceType("g6e.12xlarge", 48, 384, 4, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
+        InstanceType("g6e.16xlarge", 64, 512, 1, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
+        InstanceType("g6e.24xlarge", 96, 768, 4, "L40S", 48, _L40S, efa_interfaces=2, source=_AC),
+        InstanceType("g6e.48xlarge", 192, 1536, 8, "L40S", 48, _L40S, efa_interfaces=4, source=_AC),
+        # p4d / p5 / p5e / p5en: A100, H100, H200 with GPUDirect RDMA over EFA.
+        InstanceType(
+            "p4d.24xlarge",
+            96,
+            1152,
+            8,
+            "A100",
+            40,
+            _A100_40,
+            efa_interfaces=4,
+            gpudirect_rdma=True,
+            source=_AC,
+        ),
+        InstanceType(
+            "p5.48xlarge",
+            192,
+            2048,
+            8,
+            "H100",
+            80,
+            _H100_80,
+            efa_interfaces=32,
+            gpudirect_rdma=True,
+            source=_AC,
+        ),
+        InstanceType(
+            "p5e.48xlarge",
+            192,
+            2048,
+            8,
+            "H200",
+            141,
+            _H200,
+            efa_interfaces=32,
+            gpudirect_rdma=True,
+            source=_AC,
+        ),
+        InstanceType(
+            "p5en.48xlarge",
+            192,
+            2048,
+            8,
+            "H200",
+            141,
+            _H200,
+            efa_interfaces=16,
+            gpudirect_rdma=True,
+            source=_AC,
+        ),
+    )
+}
+
+
+def lookup(name: str) -> InstanceType | None:
+    return CATALOG.get(name)
+
+
+def known_types(*, gpu: bool, efa: bool | None = None) -> list[str]:
+    """Names of catalogued types with (or without) GPUs, optionally filtered on EFA, sorted."""
+    return sorted(t.name for t in CATALOG.values() if t.has_gpu == gpu and (efa is None or t.has_efa == efa))

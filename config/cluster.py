@@ -1,0 +1,154 @@
+"""The `cluster`, `systemNodes` and `gpuNodes` sections: the EKS control plane and its two node groups."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from config import versions
+from config.base import StrictModel
+from config.catalog import CATALOG, known_types, lookup
+from config.network import AvailabilityZone
+
+IamPrincipalArn = Annotated[
+    str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+]
+LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+
+class ClusterConfig(StrictModel):
+    name: str = Field(
+        "ray-llm-multinode",
+        pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$",
+        description="EKS cluster name (letters, digits, hyphens; at most 100).",
+    )
+    kubernetes_version: str = Field(
+        versions.KUBERNETES_VERSION,
+        pattern=r"^1\.\d{2}$",
+        description="EKS Kubernetes minor version, e.g. `1.35`.",
+    )
+    endpoint_public_access: bool = Field(
+        True,
+        description="Expose the API endpoint publicly (restricted by `publicAccessCidrs`). The private "
+        "endpoint is always on, so nodes talk to the API inside the VPC.",
+    )
+    public_access_cidrs: list[IPv4Network] = Field(
+        [IPv4Network("0.0.0.0/0")],
+        min_length=1,
+        description="Who may reach the public API endpoint. Requests are still authenticated by IAM; "
+        "narrow this to your office or CI egress ranges outside dev.",
+    )
+    admin_principal_arns: list[IamPrincipalArn] = Field(
+        [],
+        description="IAM roles or users given cluster-admin through EKS access entries, in addition to "
+        "whoever runs `pulumi up` (EKS makes the creator admin itself).",
+    )
+    log_types: list[LogType] = Field(
+        ["api", "audit", "authenticator"],
+        description="Control-plane log types sent to CloudWatch Logs.",
+    )
+    secrets_kms_key_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+$",
+        description="KMS key that encrypts Kubernetes secrets. Default: the stack creates one (with "
+        "rotation) for the cluster.",
+    )
+
+    @model_validator(mode="after")
+    def _cidrs_need_public_endpoint(self) -> ClusterConfig:
+        open_world = [IPv4Network("0.0.0.0/0")]
+        if not self.endpoint_public_access and self.public_access_cidrs != open_world:
+            raise ValueError(
+                "publicAccessCidrs only applies with endpointPublicAccess: true; remove it or enable "
+                "the public endpoint"
+            )
+        return self
+
+
+class SystemNodesConfig(StrictModel):
+    instance_type: str = Field(
+        "m7i.xlarge",
+        pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+        description="Instance type of the CPU node group that runs system pods, the KubeRay operator "
+        "and the Ray head.",
+    )
+    min_size: int = Field(1, ge=1, description="Minimum number of system nodes.")
+    desired_size: int = Field(1, ge=1, description="Number of system nodes at creation.")
+    max_size: int = Field(2, ge=1, description="Maximum number of system nodes.")
+    disk_size_gib: int = Field(50, ge=20, le=16384, description="Root volume of each system node.")
+
+    @model_validator(mode="after")
+    def _ordered_sizes(self) -> SystemNodesConfig:
+        _check_sizes(self.min_size, self.desired_size, self.max_size)
+        return self
+
+
+class GpuNodesConfig(StrictModel):
+    instance_type: str = Field(
+        "g6.8xlarge",
+        description="EFA-capable GPU instance type of the worker node group (one of the catalogued "
+        "types in config/catalog.py, which the pod sizing and the fit check read).",
+    )
+    min_size: int = Field(2, ge=1, description="Minimum number of GPU nodes.")
+    desired_size: int = Field(2, ge=1, description="Number of GPU nodes at creation.")
+    max_size: int = Field(2, ge=1, description="Maximum number of GPU nodes.")
+    availability_zone: AvailabilityZone | None = Field(
+        None,
+        description="The one zone the GPU nodes live in (EFA does not cross zones). Default: the first "
+        "cluster zone that offers the instance type.",
+    )
+    disk_size_gib: int = Field(
+        200, ge=50, le=16384, description="Root volume of each GPU node (image ~15 GiB, model cache)."
+    )
+    taint: bool = Field(
+        True,
+        description="Taint GPU nodes `nvidia.com/gpu=true:NoSchedule` so only pods that tolerate it "
+        "(Ray workers, device plugins) land there.",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _efa_gpu_type(cls, value: str) -> str:
+        allowed = ", ".join(known_types(gpu=True, efa=True))
+        spec = lookup(value)
+        if spec is None:
+            raise ValueError(f"{value!r} is not in the instance catalog; allowed: {allowed}")
+        if not spec.has_gpu:
+            raise ValueError(f"{value!r} has no GPU; allowed: {allowed}")
+        if not spec.has_efa:
+            raise ValueError(
+                f"{value!r} has no EFA, so NIXL could not move the KV cache over EFA; allowed: {allowed}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _ordered_sizes(self) -> GpuNodesConfig:
+        _check_sizes(self.min_size, self.desired_size, self.max_size)
+        return self
+
+    @property
+    def spec(self):
+        return CATALOG[self.instance_type]
+
+
+def _check_sizes(minimum: int, desired: int, maximum: int) -> None:
+    if not minimum <= desired <= maximum:
+        raise ValueError(
+            f"sizes must satisfy minSize <= desiredSize <= maxSize (got {minimum} / {desired} / {maximum})"
+        )
+
+
+SYSTEM_NODE_LABELS = {"role": "system"}
+"""Labels of the CPU system nodes; the KubeRay operator and the Ray head select them."""
+
+GPU_NODE_LABELS = {
+    "role": "gpu-worker",
+    # The NVIDIA device plugin chart's default node affinity requires this label (or NFD's PCI labels).
+    "nvidia.com/gpu.present": "true",
+}
+"""Labels of the GPU nodes; the Ray workers and the device plugins select `role`."""
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+"""Taint `nvidia.com/gpu=true:NoSchedule` keeps pods that do not tolerate it off the GPU nodes."""

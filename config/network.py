@@ -1,0 +1,55 @@
+"""The `network` section: the VPC the cluster lives in."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator
+
+from config.base import StrictModel
+
+AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+
+
+class NetworkConfig(StrictModel):
+    vpc_cidr: IPv4Network = Field(
+        IPv4Network("10.0.0.0/16"),
+        description="IPv4 range of the VPC, a private range from /16 to /20. Private subnets take the "
+        "first three quarters (pods get VPC addresses from them), public subnets for the NAT gateways "
+        "a slice of the last quarter.",
+    )
+    nat_gateways: Literal["single", "perAz"] = Field(
+        "single",
+        description="`single`: one NAT gateway for the whole VPC (cheap, dev). `perAz`: one per "
+        "availability zone, so losing a zone does not cut the others' egress (production).",
+    )
+    availability_zones: list[AvailabilityZone] | None = Field(
+        None,
+        description="Availability zones of the cluster's subnets. Default: the zones of the region that "
+        "offer the GPU instance type, at most `maxAvailabilityZones` of them. Each must offer the GPU "
+        "type; EKS needs at least two.",
+    )
+    max_availability_zones: int = Field(
+        3, ge=2, le=3, description="With `availabilityZones` unset: how many offering zones to use."
+    )
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _private_and_sized(cls, value: IPv4Network) -> IPv4Network:
+        if not value.is_private:
+            raise ValueError(f"{value} is not a private range; use e.g. 10.0.0.0/16")
+        if not 16 <= value.prefixlen <= 20:
+            raise ValueError(f"{value} must be a /16 to /20 so each zone gets room for its pods")
+        return value
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _two_distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if len(set(value)) != len(value):
+            raise ValueError(f"{value} lists a zone twice")
+        if not 2 <= len(value) <= 3:
+            raise ValueError(f"{value} must name two or three zones (EKS needs at least two)")
+        return value

@@ -1,0 +1,172 @@
+"""The `kuberay`, `serving` and `model` sections: the operator, the RayService's pods and the model
+Ray Serve LLM runs with prefill/decode disaggregation."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from config import versions
+from config.base import DnsLabel, Quantity, SemVer, StrictModel, quantity_value
+
+
+class KubeRayConfig(StrictModel):
+    chart_version: SemVer = Field(
+        versions.KUBERAY_CHART_VERSION, description="`kuberay-operator` Helm chart version."
+    )
+    namespace: DnsLabel = Field("kuberay-operator", description="Namespace of the operator.")
+
+
+class HeadConfig(StrictModel):
+    """The CPU-only Ray head on the system node (the seed's numbers)."""
+
+    cpu_request: Quantity = Field("2", description="CPU request of the Ray head.")
+    memory_request: Quantity = Field("8Gi", description="Memory request of the Ray head.")
+    cpu_limit: Quantity = Field("3", description="CPU limit of the Ray head.")
+    memory_limit: Quantity = Field("12Gi", description="Memory limit of the Ray head.")
+
+    @model_validator(mode="after")
+    def _limits_cover_requests(self) -> HeadConfig:
+        for what in ("cpu", "memory"):
+            request = getattr(self, f"{what}_request")
+            limit = getattr(self, f"{what}_limit")
+            if quantity_value(limit) < quantity_value(request):
+                raise ValueError(f"{what}Limit {limit} is below {what}Request {request}")
+        return self
+
+
+class WorkerConfig(StrictModel):
+    """GPU worker pods. CPU and memory default to what the GPU instance leaves after the node's own
+    daemons (see components/sizing.py); set them only to override that."""
+
+    cpu: Quantity | None = Field(None, description="CPU request and limit per worker (override).")
+    memory: Quantity | None = Field(None, description="Memory request and limit per worker (override).")
+    shm_size: Quantity = Field(
+        "16Gi", description="Size of the memory-backed /dev/shm (NCCL/NIXL and vLLM use it)."
+    )
+
+
+class ServingConfig(StrictModel):
+    namespace: DnsLabel = Field("inference", description="Namespace of the RayService.")
+    name: str = Field(
+        "ray-llm",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=47,
+        description="RayService name (KubeRay allows 47 characters); the endpoint Service is "
+        "`<name>-serve-svc`.",
+    )
+    application_name: DnsLabel = Field(
+        "qwen", description="Name of the Ray Serve application (the seed's `qwen`)."
+    )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="Ray LLM container image. Default: the AWS Ray LLM DLC in the stack's region "
+        f"(`{versions.DLC_REGISTRY_ACCOUNT}.dkr.ecr.<region>.amazonaws.com/"
+        f"{versions.RAY_LLM_IMAGE_REPOSITORY}:{versions.RAY_LLM_IMAGE_TAG}`).",
+    )
+    ray_version: SemVer = Field(
+        versions.RAY_VERSION, description="Ray version inside the image (KubeRay's `rayVersion`)."
+    )
+    upgrade_strategy: Literal["auto", "recreate", "newCluster"] = Field(
+        "auto",
+        description="How a change to the Ray cluster (pods, image, resources) rolls out. `recreate`: "
+        "Pulumi deletes the RayService and creates it anew (downtime, never waits for GPUs that do not "
+        "exist). `newCluster`: KubeRay's zero-downtime upgrade, which starts a second cluster and needs "
+        "twice the GPU workers. `auto`: `newCluster` when the GPU nodes can host two clusters, "
+        "otherwise `recreate`.",
+    )
+    ready_timeout_minutes: int = Field(
+        45,
+        ge=5,
+        le=180,
+        description="How long `pulumi up` waits for the serve application to be RUNNING (image pull "
+        "~15 GiB, model download, weight load on both sides).",
+    )
+    head: HeadConfig = Field(default_factory=HeadConfig)  # type: ignore[arg-type]
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)  # type: ignore[arg-type]
+
+
+_RESERVED_ENGINE_KWARGS = {
+    "max_model_len",
+    "dtype",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "kv_transfer_config",
+    "tensor_parallel_size",
+    "model",
+    "served_model_name",
+}
+
+
+class ModelConfig(StrictModel):
+    id: str = Field(
+        "qwen3.5-9b",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="Model id clients send in `model` (the OpenAI API's name for it).",
+    )
+    source: str = Field(
+        "Qwen/Qwen3.5-9B",
+        min_length=1,
+        description="Where the weights come from: a Hugging Face repo id, or an s3:// path.",
+    )
+    max_model_len: int = Field(4096, gt=0, description="Context length per request (vLLM `max_model_len`).")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Weight and activation precision (vLLM `dtype`)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use for weights, activations and KV cache.",
+    )
+    enforce_eager: bool = Field(
+        True, description="Skip CUDA graph capture to lower peak GPU memory (vLLM `enforce_eager`)."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=8, description="GPUs per replica (vLLM `tensor_parallel_size`), all in one pod."
+    )
+    prefill_replicas: int = Field(1, ge=1, description="Prefill replicas, one GPU worker pod each.")
+    decode_replicas: int = Field(1, ge=1, description="Decode replicas, one GPU worker pod each.")
+    nixl_backends: list[Literal["LIBFABRIC", "UCX"]] = Field(
+        ["LIBFABRIC"],
+        min_length=1,
+        description="NIXL transfer backends for the KV cache. LIBFABRIC uses EFA; without it NIXL falls "
+        "back to UCX, which runs at TCP speed even on EFA.",
+    )
+    extra_engine_kwargs: dict[str, Any] = Field(
+        {},
+        description="Further vLLM engine arguments for both sides (e.g. `trust_remote_code`). Keys that "
+        "other settings own are refused.",
+    )
+    parameters_billions: float | None = Field(
+        None,
+        gt=0,
+        description="Parameter count in billions, for the fit check. Built in for the default model.",
+    )
+    checkpoint_gib: float | None = Field(
+        None, gt=0, description="Checkpoint size on disk in GiB. Built in for the default model."
+    )
+    kv_cache_bytes_per_token: int | None = Field(
+        None,
+        gt=0,
+        description="KV-cache bytes per token (all attention layers, K and V). Built in for the "
+        "default model; otherwise 2 x attention layers x KV heads x head dim x dtype bytes.",
+    )
+
+    @field_validator("extra_engine_kwargs")
+    @classmethod
+    def _no_owned_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        owned = sorted(_RESERVED_ENGINE_KWARGS & value.keys())
+        if owned:
+            raise ValueError(
+                f"{owned} are set by their own model keys (maxModelLen, dtype, gpuMemoryUtilization, "
+                "enforceEager, tensorParallelSize, nixlBackends, id/source); remove them here"
+            )
+        return value
+
+    @property
+    def workers(self) -> int:
+        """GPU worker pods: one per prefill or decode replica."""
+        return self.prefill_replicas + self.decode_replicas

@@ -1,0 +1,52 @@
+"""Every version this stack pins, in one place.
+
+Change a version here (or override it per stack where a config key exists) and nothing else: the
+components, the offline renderer and the tests all read these names. Each line says where the value
+comes from, so the next person can check it before bumping it.
+"""
+
+from __future__ import annotations
+
+KUBERNETES_VERSION = "1.35"
+"""EKS control-plane version of the seed (the blog post's `K8S_VERSION`)."""
+
+KUBERAY_CHART_VERSION = "1.7.0"
+"""`kuberay-operator` chart from https://ray-project.github.io/kuberay-helm/. The seed pinned 1.4.0;
+1.7.0 is the newest release and the one whose RayService CRD `tests/schemas/` vendors."""
+
+KUBERAY_CHART_REPO = "https://ray-project.github.io/kuberay-helm/"
+
+NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.1"
+"""`nvidia-device-plugin` chart from https://nvidia.github.io/k8s-device-plugin (NVIDIA/k8s-device-plugin)."""
+
+NVIDIA_DEVICE_PLUGIN_CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
+
+EFA_DEVICE_PLUGIN_CHART_VERSION = "v0.5.30"
+"""`aws-efa-k8s-device-plugin` chart from https://aws.github.io/eks-charts (aws/eks-charts; its
+versions carry a leading `v`). Its default instance allow-list includes g6.8xlarge."""
+
+EFA_DEVICE_PLUGIN_CHART_REPO = "https://aws.github.io/eks-charts"
+
+RAY_VERSION = "2.58.0"
+"""Ray inside the image below; KubeRay's `rayVersion` must match it, and the tests validate the serve
+config with this exact Ray (`ray[serve]==2.58.0` in requirements-dev.txt)."""
+
+RAY_LLM_IMAGE_REPOSITORY = "ray"
+RAY_LLM_IMAGE_TAG = "serve-llm-cuda-v1.0"
+"""AWS Ray LLM Deep Learning Container: Ray 2.58.0, vLLM, NIXL, libfabric/EFA, aws-ofi-nccl."""
+
+DLC_REGISTRY_ACCOUNT = "763104351884"
+"""The AWS account that publishes Deep Learning Containers to ECR in each region."""
+
+RAY_LLM_PUBLIC_IMAGE = (
+    f"public.ecr.aws/deep-learning-containers/{RAY_LLM_IMAGE_REPOSITORY}:{RAY_LLM_IMAGE_TAG}"
+)
+"""Public mirror of the same image, for regions without the regional DLC registry."""
+
+
+def regional_image(region: str) -> str:
+    """The DLC image in the stack's own region, pulled over the VPC's NAT like the seed did."""
+    return (
+        f"{DLC_REGISTRY_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
+        f"{RAY_LLM_IMAGE_REPOSITORY}:{RAY_LLM_IMAGE_TAG}"
+    )

@@ -1,0 +1,245 @@
+"""Run the real Pulumi program (__main__.py) under Pulumi mocks and record what it registers.
+
+`MockResourceArgs` carries no parent, dependencies or options, so `RecordingMonitor` reads every
+RegisterResource request itself. It also turns resource references in a request into their URNs
+before the mocks deserialize it: deserializing references while the program still runs was flaky
+(pulumi/pulumi#6561, "attached to a different loop").
+
+The AWS invokes the program makes are answered here; any other invoke fails the test, so a new data
+source cannot quietly return nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "ray-llm-eks"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+# Zones of sa-east-1 that offer g6.8xlarge in the mocked world (sa-east-1c does not).
+DEFAULT_OFFERINGS = {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"]}
+
+
+@dataclass
+class Secret:
+    """An input value that travelled as a Pulumi secret."""
+
+    value: Any
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    provider: str
+    delete_before_replace: bool
+    replace_on_changes: list[str]
+    custom: bool
+    inputs: dict[str, Any]
+
+
+def _plain(value: Any) -> Any:
+    """Struct values -> Python, resource references -> URN, secrets -> Secret(value)."""
+    if isinstance(value, dict):
+        sig = value.get(SIG_KEY)
+        if sig == RESOURCE_SIG:
+            return value["urn"]
+        if sig == SECRET_SIG:
+            return Secret(_plain(value.get("value")))
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _refs_to_urns(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SIG_KEY) == RESOURCE_SIG:
+            return value["urn"]
+        return {k: _refs_to_urns(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_refs_to_urns(v) for v in value]
+    return value
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        raw = json_format.MessageToDict(request.object)
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type != "pulumi:pulumi:Stack":
+            self.registrations.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=urn,
+                    parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                    provider=request.provider,
+                    delete_before_replace=request.deleteBeforeReplace,
+                    replace_on_changes=list(request.replaceOnChanges),
+                    custom=request.custom,
+                    inputs=_plain(raw),
+                )
+            )
+        request.object.Clear()
+        request.object.update(_refs_to_urns(raw))
+        return super().RegisterResource(request)
+
+
+class StackMocks(pulumi_mocks.Mocks):
+    def __init__(self, offerings: dict[str, list[str]]):
+        self.offerings = offerings
+        self.calls: list[tuple[str, dict]] = []
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        outputs = dict(args.inputs)
+        if args.typ == "eks:index:Cluster":
+            kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": args.name}]}
+            outputs.update(
+                kubeconfig=kubeconfig,
+                kubeconfigJson=json.dumps(kubeconfig),
+                oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
+                clusterSecurityGroupId="sg-cluster",
+            )
+        elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key"):
+            outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        self.calls.append((args.token, dict(args.args)))
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            wanted = args.args["filters"][0]["values"][0]
+            zones = self.offerings.get(wanted, [])
+            result = {
+                "id": "offerings",
+                "locations": zones,
+                "locationTypes": ["availability-zone"] * len(zones),
+                "instanceTypes": [wanted] * len(zones),
+            }
+            return result, []
+        if args.token == "aws:iam/getPolicyDocument:getPolicyDocument":
+            document = json.dumps({"Statement": args.args.get("statements")})
+            return {"id": "policy", "json": document}, []
+        raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
+
+
+@dataclass
+class StackRun:
+    registrations: list[Registration]
+    exports: dict[str, Any] = field(default_factory=dict)
+    secret_exports: set[str] = field(default_factory=set)
+    calls: list[tuple[str, dict]] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Registration:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        assert len(found) == 1, f"expected one {type_} {name or ''}, got {[r.name for r in found]}"
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.registrations if r.urn == urn)
+
+    def ancestors(self, reg: Registration) -> list[Registration]:
+        chain = []
+        while reg.parent and not reg.parent.endswith(f"pulumi:pulumi:Stack::{PROJECT}-dev"):
+            parents = [r for r in self.registrations if r.urn == reg.parent]
+            if not parents:
+                break
+            reg = parents[0]
+            chain.append(reg)
+        return chain
+
+
+def stack_file_config(stack: str = "dev") -> dict[str, Any]:
+    """A stack file's config as YAML values (what `ops render` reads)."""
+    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+
+
+def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
+    """Stack-file values as the engine hands them to the program: objects as JSON strings."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+
+
+def _load_program():
+    spec = importlib.util.spec_from_file_location("stack_program", ROOT / "__main__.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_PROGRAM = None
+
+
+def run_stack(
+    config: dict[str, Any] | None = None,
+    *,
+    stack: str = "dev",
+    overrides: dict[str, dict[str, Any]] | None = None,
+    offerings: dict[str, list[str]] | None = None,
+    secrets: dict[str, str] | None = None,
+) -> StackRun:
+    """Run __main__.main() for a stack file's config, with per-section overrides merged in."""
+    global _PROGRAM
+    values = dict(config if config is not None else stack_file_config(stack))
+    for section, changes in (overrides or {}).items():
+        key = f"{PROJECT}:{section}"
+        values[key] = {**values.get(key, {}), **changes}
+    values.update(secrets or {})
+
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    pulumi_settings.ROOT.set(None)
+    mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS)
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(as_engine_config(values), list((secrets or {}).keys()))
+    if _PROGRAM is None:
+        _PROGRAM = _load_program()
+    stack_program = _PROGRAM
+    run = StackRun(registrations=monitor.registrations, calls=mocks.calls)
+
+    @pulumi.runtime.test
+    def program():
+        stack_program.main()
+        root = pulumi_settings.get_root_resource()
+        outputs: dict[str, Any] = dict(getattr(root, "outputs", {}) or {})
+        resolved = {k: pulumi.Output.from_input(v) for k, v in outputs.items()}
+
+        async def secrecy():
+            return {k for k, v in resolved.items() if await v.is_secret()}
+
+        def store(values: dict[str, Any]):
+            run.exports.update(values)
+
+        return pulumi.Output.all(
+            pulumi.Output.all(**resolved).apply(store),
+            pulumi.Output.from_input(asyncio.ensure_future(secrecy())).apply(run.secret_exports.update),
+        )
+
+    program()
+    return run
