@@ -11,18 +11,10 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.rayservice_spec import pod_security_labels
 from config import versions
 from config.cluster import SYSTEM_NODE_LABELS
 from config.serving import KubeRayConfig
-
-
-def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:
-    """Pod Security admission: enforce `level`, and warn/audit against `audit` so drift shows up."""
-    return {
-        "pod-security.kubernetes.io/enforce": level,
-        "pod-security.kubernetes.io/warn": audit,
-        "pod-security.kubernetes.io/audit": audit,
-    }
 
 
 class KubeRayOperatorArgs:

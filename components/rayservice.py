@@ -19,13 +19,13 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kuberay import pod_security_labels
 from components.rayservice_spec import (
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
     NodePlacement,
     build_rayservice,
     serve_service_name,
+    serving_namespace_labels,
 )
 from config.settings import Settings
 
@@ -69,10 +69,7 @@ class RayService(pulumi.ComponentResource):
             f"{name}-ns",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=settings.serving.namespace,
-                # GPU workers run privileged: NIXL registers CUDA memory with the EFA NIC, which
-                # IPC_LOCK alone does not allow. Enforcement is therefore privileged here; warn and
-                # audit report everything above baseline, so any other privileged pod stands out.
-                labels=pod_security_labels("privileged", audit="baseline"),
+                labels=serving_namespace_labels(),
             ),
             opts=child,
         )

@@ -210,6 +210,30 @@ def _ray_stop() -> Lifecycle:
     return Lifecycle(pre_stop=LifecycleHandler(exec=ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
+def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:
+    """Pod Security admission: enforce `level`, and warn/audit against `audit` so drift shows up."""
+    return {
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/warn": audit,
+        "pod-security.kubernetes.io/audit": audit,
+    }
+
+
+def serving_namespace_labels() -> dict[str, str]:
+    """GPU workers run privileged: NIXL registers CUDA memory with the EFA NIC, which IPC_LOCK alone
+    does not allow. Enforcement is therefore privileged in the serving namespace; warn and audit
+    report everything above baseline, so any privileged pod stands out in the audit log."""
+    return pod_security_labels("privileged", audit="baseline")
+
+
+def namespace_manifest(settings: Settings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": settings.serving.namespace, "labels": serving_namespace_labels()},
+    }
+
+
 def serve_service_name(settings: Settings) -> str:
     """The Service KubeRay creates in front of the serve application (port 8000)."""
     return f"{settings.serving.name}-serve-svc"
