@@ -30,8 +30,14 @@ RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 
-# Zones of sa-east-1 that offer g6.8xlarge in the mocked world (sa-east-1c does not).
-DEFAULT_OFFERINGS = {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"]}
+# Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
+DEFAULT_OFFERINGS = {
+    "sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"], "g6e.12xlarge": ["sa-east-1a"]},
+    "us-east-1": {
+        "g6.8xlarge": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"],
+        "p5.48xlarge": ["us-east-1a", "us-east-1b"],
+    },
+}
 
 
 @dataclass
@@ -110,7 +116,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 class StackMocks(pulumi_mocks.Mocks):
-    def __init__(self, offerings: dict[str, list[str]]):
+    def __init__(self, offerings: dict[str, dict[str, list[str]]]):
         self.offerings = offerings
         self.calls: list[tuple[str, dict]] = []
 
@@ -132,7 +138,7 @@ class StackMocks(pulumi_mocks.Mocks):
         self.calls.append((args.token, dict(args.args)))
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted = args.args["filters"][0]["values"][0]
-            zones = self.offerings.get(wanted, [])
+            zones = self.offerings.get(args.args["region"], {}).get(wanted, [])
             result = {
                 "id": "offerings",
                 "locations": zones,
@@ -194,6 +200,8 @@ def _load_program():
 
 
 _PROGRAM = None
+LAST_RUN: StackRun | None = None
+"""The most recent run, also when the program raised (to show that nothing was registered)."""
 
 
 def run_stack(
@@ -201,11 +209,11 @@ def run_stack(
     *,
     stack: str = "dev",
     overrides: dict[str, dict[str, Any]] | None = None,
-    offerings: dict[str, list[str]] | None = None,
+    offerings: dict[str, dict[str, list[str]]] | None = None,
     secrets: dict[str, str] | None = None,
 ) -> StackRun:
     """Run __main__.main() for a stack file's config, with per-section overrides merged in."""
-    global _PROGRAM
+    global _PROGRAM, LAST_RUN
     values = dict(config if config is not None else stack_file_config(stack))
     for section, changes in (overrides or {}).items():
         key = f"{PROJECT}:{section}"
@@ -221,7 +229,7 @@ def run_stack(
     if _PROGRAM is None:
         _PROGRAM = _load_program()
     stack_program = _PROGRAM
-    run = StackRun(registrations=monitor.registrations, calls=mocks.calls)
+    run = LAST_RUN = StackRun(registrations=monitor.registrations, calls=mocks.calls)
 
     @pulumi.runtime.test
     def program():

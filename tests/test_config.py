@@ -1,0 +1,244 @@
+"""Config errors cost seconds, not a half-built cluster: every bad value is refused by
+`load_settings` (or `choose_placement`, once AWS has said which zones offer the GPU type), before any
+resource is registered, and the message names the key as the stack file spells it, the bad value and
+what is allowed. Each test starts from the dev stack file and changes one thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config import ConfigError, Settings, load_settings
+from config.base import quantity_value
+from config.placement import choose_placement
+from tests.harness import stack_file_config
+
+P = "ray-llm-eks"
+
+
+def settings_with(section: str | None = None, **changes: Any) -> Settings:
+    config = stack_file_config("dev")
+    if section:
+        config[f"{P}:{section}"] = {**config.get(f"{P}:{section}", {}), **changes}
+    return load_settings(config)
+
+
+def error_of(section: str | None = None, **changes: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        settings_with(section, **changes)
+    return str(caught.value)
+
+
+def test_dev_stack_file_holds_the_seed_values():
+    s = settings_with()
+    assert s.region == "sa-east-1"
+    assert (s.cluster.name, s.cluster.kubernetes_version) == ("ray-llm-multinode", "1.35")
+    assert s.system_nodes.instance_type == "m7i.xlarge" and s.system_nodes.desired_size == 1
+    assert s.gpu_nodes.instance_type == "g6.8xlarge"
+    assert (s.gpu_nodes.min_size, s.gpu_nodes.desired_size, s.gpu_nodes.max_size) == (2, 2, 2)
+    assert s.gpu_nodes.disk_size_gib == 200
+    assert s.serving.namespace == "inference" and s.serving.name == "ray-llm"
+    assert s.kuberay.namespace == "kuberay-operator" and s.kuberay.chart_version == "1.7.0"
+    assert (s.model.id, s.model.source) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B")
+    assert s.model.nixl_backends == ["LIBFABRIC"]
+    assert s.image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+
+
+def test_defaults_alone_are_the_seed():
+    """A stack file with only a region gets the same system as the dev stack file spells out."""
+    assert load_settings({"aws:region": "sa-east-1"}) == settings_with()
+
+
+def test_engine_config_strings_are_parsed_like_yaml_values():
+    """The Pulumi engine hands objects over as JSON strings; the stack file has YAML objects."""
+    engine = {"aws:region": "sa-east-1", f"{P}:model": '{"maxModelLen": 2048}'}
+    assert load_settings(engine).model.max_model_len == 2048
+
+
+@pytest.mark.parametrize(
+    ("section", "changes", "expected"),
+    [
+        # unknown keys (typos) in a section and at the top of the namespace
+        ("model", {"maxModelLenght": 4096}, "ray-llm-eks:model.maxModelLenght: unknown key; allowed here:"),
+        ("serving", {"head": {"cpuLimt": "3"}}, "ray-llm-eks:serving.head.cpuLimt: unknown key"),
+        # wrong types
+        (
+            "gpuNodes",
+            {"desiredSize": "two"},
+            "ray-llm-eks:gpuNodes.desiredSize: Input should be a valid integer",
+        ),
+        ("model", {"enforceEager": "sometimes"}, "ray-llm-eks:model.enforceEager"),
+        # out of range numbers
+        (
+            "model",
+            {"gpuMemoryUtilization": 1.2},
+            "model.gpuMemoryUtilization: Input should be less than or equal to 1 (got 1.2)",
+        ),
+        (
+            "model",
+            {"gpuMemoryUtilization": 0},
+            "model.gpuMemoryUtilization: Input should be greater than 0 (got 0)",
+        ),
+        ("model", {"maxModelLen": 0}, "model.maxModelLen: Input should be greater than 0 (got 0)"),
+        ("model", {"maxModelLen": -4096}, "model.maxModelLen"),
+        (
+            "model",
+            {"decodeReplicas": 0},
+            "model.decodeReplicas: Input should be greater than or equal to 1 (got 0)",
+        ),
+        ("model", {"prefillReplicas": 0}, "model.prefillReplicas"),
+        # a GPU type without EFA, without a GPU, or unknown
+        ("gpuNodes", {"instanceType": "g6.xlarge"}, "'g6.xlarge' has no EFA"),
+        ("gpuNodes", {"instanceType": "m7i.xlarge"}, "'m7i.xlarge' has no GPU"),
+        (
+            "gpuNodes",
+            {"instanceType": "g9.mega"},
+            "'g9.mega' is not in the instance catalog; allowed: g5.12xlarge",
+        ),
+        # more workers than the GPU nodes can host
+        (
+            "model",
+            {"decodeReplicas": 2},
+            "= 3 GPU workers, but gpuNodes.desiredSize 2 x 1 worker(s) per g6.8xlarge hosts only 2",
+        ),
+        # node group sizes out of order
+        ("gpuNodes", {"minSize": 3}, "minSize <= desiredSize <= maxSize (got 3 / 2 / 2)"),
+        # malformed versions, CIDRs, quantities, names
+        (
+            "kuberay",
+            {"chartVersion": "latest"},
+            "ray-llm-eks:kuberay.chartVersion: String should match pattern",
+        ),
+        ("serving", {"rayVersion": "2.58"}, "ray-llm-eks:serving.rayVersion"),
+        ("cluster", {"kubernetesVersion": "1.35.0"}, "ray-llm-eks:cluster.kubernetesVersion"),
+        ("network", {"vpcCidr": "10.0.0.0/33"}, "ray-llm-eks:network.vpcCidr"),
+        ("network", {"vpcCidr": "8.8.0.0/16"}, "is not a private range"),
+        ("network", {"vpcCidr": "10.0.0.0/24"}, "must be a /16 to /20"),
+        ("cluster", {"publicAccessCidrs": ["10.0.0.300/32"]}, "ray-llm-eks:cluster.publicAccessCidrs[0]"),
+        ("serving", {"head": {"memoryRequest": "8GB"}}, "'8GB' is not a Kubernetes quantity"),
+        (
+            "serving",
+            {"worker": {"memory": "lots"}},
+            "ray-llm-eks:serving.worker.memory: 'lots' is not a Kubernetes quantity",
+        ),
+        ("serving", {"head": {"cpuRequest": "4", "cpuLimit": "3"}}, "cpuLimit 3 is below cpuRequest 4"),
+        ("serving", {"name": "Ray_LLM"}, "ray-llm-eks:serving.name"),
+        ("cluster", {"adminPrincipalArns": ["arn:aws:iam::12:role/x"]}, "adminPrincipalArns[0]"),
+        # zones must be in the region, and the GPU zone among the cluster's
+        ("gpuNodes", {"availabilityZone": "us-east-1a"}, "['us-east-1a'] are not in aws:region sa-east-1"),
+        (
+            "model",
+            {"extraEngineKwargs": {"max_model_len": 1}},
+            "['max_model_len'] are set by their own model keys",
+        ),
+        ("serving", {"upgradeStrategy": "newCluster"}, "serving.upgradeStrategy newCluster"),
+        ("serving", {"upgradeStrategy": "rolling"}, "Input should be 'auto', 'recreate' or 'newCluster'"),
+    ],
+)
+def test_bad_value_fails_naming_the_key(section, changes, expected):
+    assert expected in error_of(section, **changes)
+
+
+def test_unknown_top_level_key_lists_the_known_ones():
+    config = {**stack_file_config("dev"), f"{P}:gpuNode": {"minSize": 2}}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    message = str(caught.value)
+    assert "ray-llm-eks:gpuNode: unknown key" in message
+    assert "ray-llm-eks:gpuNodes" in message
+
+
+def test_section_that_is_not_an_object_is_refused():
+    config = {**stack_file_config("dev"), f"{P}:model": "qwen"}
+    with pytest.raises(ConfigError, match="ray-llm-eks:model: must be an object"):
+        load_settings(config)
+
+
+def test_missing_region_is_named():
+    config = {k: v for k, v in stack_file_config("dev").items() if k != "aws:region"}
+    with pytest.raises(ConfigError, match="aws:region: not set"):
+        load_settings(config)
+
+
+def test_other_namespaces_are_left_alone():
+    """Keys of other packages (aws:, kubernetes:, pulumi:) are theirs to check."""
+    config = {**stack_file_config("dev"), "aws:profile": "dev", "pulumi:tags": {"team": "ml"}}
+    assert load_settings(config).region == "sa-east-1"
+
+
+def test_every_problem_is_reported_at_once():
+    config = {
+        **stack_file_config("dev"),
+        f"{P}:model": {"maxModelLen": 0, "gpuMemoryUtilization": 2},
+        f"{P}:gpuNodes": {"instanceType": "g6.xlarge"},
+    }
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert len(caught.value.problems) == 3
+
+
+def test_secret_token_is_accepted_encrypted_or_plain():
+    config = {**stack_file_config("dev"), f"{P}:huggingFaceToken": {"secure": "v1:abc"}}
+    assert load_settings(config).hugging_face_token is not None
+    config[f"{P}:huggingFaceToken"] = "hf_plain"
+    token = load_settings(config).hugging_face_token
+    assert token is not None and token.get_secret_value() == "hf_plain"
+    assert "hf_plain" not in repr(load_settings(config))
+
+
+def test_quantities_have_their_kubernetes_meaning():
+    assert quantity_value("8Gi") == 8 * 2**30
+    assert quantity_value("500m") == 0.5
+    assert quantity_value("1.5G") == 1.5e9
+    assert quantity_value("3") == 3
+
+
+class TestPlacement:
+    """The zones come from AWS (EC2 instance-type offerings), so these checks run after load_settings
+    but still before any resource."""
+
+    def test_gpu_zone_defaults_to_the_first_offering_zone(self):
+        placement = choose_placement(settings_with(), ["sa-east-1b", "sa-east-1a"])
+        assert placement.cluster_zones == ("sa-east-1a", "sa-east-1b")
+        assert placement.gpu_zone == "sa-east-1a"
+
+    def test_cluster_zones_are_only_those_that_offer_the_gpu_type(self):
+        placement = choose_placement(settings_with(), ["sa-east-1a", "sa-east-1c"])
+        assert placement.cluster_zones == ("sa-east-1a", "sa-east-1c")
+
+    def test_at_most_max_availability_zones(self):
+        offered = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+        s = load_settings({"aws:region": "us-east-1", f"{P}:network": {"maxAvailabilityZones": 2}})
+        assert choose_placement(s, offered).cluster_zones == ("us-east-1a", "us-east-1b")
+
+    def test_configured_gpu_zone_that_does_not_offer_the_type_is_an_error(self):
+        s = settings_with("gpuNodes", availabilityZone="sa-east-1c")
+        with pytest.raises(ConfigError) as caught:
+            choose_placement(s, ["sa-east-1a", "sa-east-1b"])
+        message = str(caught.value)
+        assert "ray-llm-eks:gpuNodes.availabilityZone: sa-east-1c does not offer g6.8xlarge" in message
+        assert "['sa-east-1a', 'sa-east-1b']" in message
+
+    def test_configured_gpu_zone_is_used(self):
+        s = settings_with("gpuNodes", availabilityZone="sa-east-1b")
+        assert choose_placement(s, ["sa-east-1a", "sa-east-1b"]).gpu_zone == "sa-east-1b"
+
+    def test_configured_cluster_zone_without_the_type_is_an_error(self):
+        s = settings_with("network", availabilityZones=["sa-east-1a", "sa-east-1c"])
+        with pytest.raises(ConfigError, match=r"network.availabilityZones: \['sa-east-1c'\] do not offer"):
+            choose_placement(s, ["sa-east-1a", "sa-east-1b"])
+
+    def test_a_region_with_one_offering_zone_cannot_host_eks(self):
+        with pytest.raises(ConfigError, match="offered in 1 zone"):
+            choose_placement(settings_with(), ["sa-east-1a"])
+
+    def test_gpu_zone_outside_the_configured_cluster_zones_is_an_error(self):
+        with pytest.raises(ConfigError, match=r"must be one of network\.availabilityZones"):
+            load_settings(
+                {
+                    **stack_file_config("dev"),
+                    f"{P}:network": {"availabilityZones": ["sa-east-1a", "sa-east-1b"]},
+                    f"{P}:gpuNodes": {"availabilityZone": "sa-east-1c"},
+                }
+            )

@@ -1,0 +1,345 @@
+"""The whole program under Pulumi mocks: what `pulumi up` on a stack would register, inside which
+component, through which provider, and after what.
+
+Mocks see only what we pass (pulumi-eks components are opaque), so these tests assert on the inputs
+we hand to AWS, pulumi-eks and Kubernetes, and on the dependency graph the engine would follow.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from config import ConfigError
+from tests import harness
+from tests.harness import ROOT, Registration, Secret, StackRun, run_stack
+
+CLUSTER = "eks:index:Cluster"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+COMPONENT_PREFIX = "ray-llm-eks:"
+
+
+def depends_on(run: StackRun, reg: Registration, other: Registration) -> bool:
+    return other.urn in reg.dependencies or any(
+        other.urn in urns for urns in reg.property_dependencies.values()
+    )
+
+
+class TestDevStackBuildsTheSeedSystem:
+    def test_vpc_with_private_subnets_and_one_nat(self, dev_stack: StackRun):
+        vpc = dev_stack.one("aws:ec2/vpc:Vpc")
+        assert vpc.inputs["cidrBlock"] == "10.0.0.0/16"
+        assert vpc.inputs["enableDnsHostnames"] is True
+        subnets = dev_stack.of_type("aws:ec2/subnet:Subnet")
+        private = [s for s in subnets if "private" in s.name]
+        public = [s for s in subnets if "public" in s.name]
+        assert sorted(s.inputs["availabilityZone"] for s in private) == ["sa-east-1a", "sa-east-1b"]
+        assert all(s.inputs["tags"]["kubernetes.io/role/internal-elb"] == "1" for s in private)
+        assert all(s.inputs["tags"]["kubernetes.io/role/elb"] == "1" for s in public)
+        assert all(s.inputs["mapPublicIpOnLaunch"] is False for s in subnets)
+        assert all(s.inputs["tags"]["kubernetes.io/cluster/ray-llm-multinode"] == "shared" for s in subnets)
+        assert len(dev_stack.of_type("aws:ec2/natGateway:NatGateway")) == 1
+        nat = dev_stack.one("aws:ec2/natGateway:NatGateway")
+        assert nat.inputs["subnetId"] in {f"{s.name}-id" for s in public}
+        private_routes = [
+            r for r in dev_stack.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name
+        ]
+        assert len(private_routes) == 2
+        for table in private_routes:
+            assert table.inputs["routes"] == [{"cidrBlock": "0.0.0.0/0", "natGatewayId": f"{nat.name}-id"}]
+
+    def test_eks_cluster(self, dev_stack: StackRun):
+        cluster = dev_stack.one(CLUSTER).inputs
+        assert cluster["name"] == "ray-llm-multinode"
+        assert cluster["version"] == "1.35"
+        assert cluster["createOidcProvider"] is True
+        assert cluster["skipDefaultNodeGroup"] is True
+        assert cluster["authenticationMode"] == "API"
+        assert cluster["endpointPrivateAccess"] is True and cluster["endpointPublicAccess"] is True
+        assert cluster["privateSubnetIds"] == [
+            "network-private-sa-east-1a-id",
+            "network-private-sa-east-1b-id",
+        ]
+        assert "publicSubnetIds" not in cluster
+        assert cluster["vpcId"] == "network-vpc-id"
+
+    def test_core_addons_are_eks_managed(self, dev_stack: StackRun):
+        """vpc-cni and kube-proxy: pulumi-eks creates them as managed add-ons unless told otherwise;
+        coredns: ours, after the system nodes exist."""
+        cluster = dev_stack.one(CLUSTER)
+        assert "useDefaultVpcCni" not in cluster.inputs
+        assert cluster.inputs["corednsAddonOptions"]["enabled"] is False
+        assert "kubeProxyAddonOptions" not in cluster.inputs
+        coredns = dev_stack.one("aws:eks/addon:Addon")
+        assert coredns.inputs["addonName"] == "coredns"
+        assert coredns.inputs["clusterName"] == "ray-llm-multinode"
+        assert depends_on(dev_stack, coredns, dev_stack.one(NODE_GROUP, "cluster-system"))
+
+    def test_system_node_group(self, dev_stack: StackRun):
+        system = dev_stack.one(NODE_GROUP, "cluster-system").inputs
+        assert system["instanceTypes"] == ["m7i.xlarge"]
+        assert system["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
+        assert system["labels"] == {"role": "system"}
+        assert system["operatingSystem"] == "AL2023"
+        assert system["subnetIds"] == ["network-private-sa-east-1a-id", "network-private-sa-east-1b-id"]
+
+    def test_gpu_node_group_is_efa_in_one_offering_zone(self, dev_stack: StackRun):
+        gpu = dev_stack.one(NODE_GROUP, "gpu-nodes").inputs
+        assert gpu["instanceTypes"] == ["g6.8xlarge"]
+        assert gpu["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 2}
+        assert gpu["enableEfaSupport"] is True
+        assert gpu["placementGroupAvailabilityZone"] == "sa-east-1a"
+        assert gpu["subnetIds"] == ["network-private-sa-east-1a-id"]
+        assert gpu["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+        assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        assert gpu["diskSize"] == 200
+        assert (gpu["operatingSystem"], gpu["gpu"]) == ("AL2023", True)
+        assert dev_stack.exports["gpuAvailabilityZone"] == "sa-east-1a"
+
+    def test_gpu_zone_is_asked_of_aws(self, dev_stack: StackRun):
+        _token, args = next(c for c in dev_stack.calls if "InstanceTypeOfferings" in c[0])
+        assert args["locationType"] == "availability-zone"
+        assert args["filters"] == [{"name": "instance-type", "values": ["g6.8xlarge"]}]
+        assert args["region"] == "sa-east-1"
+
+    def test_device_plugins_on_gpu_nodes_tolerating_their_taint(self, dev_stack: StackRun):
+        releases = {r.inputs["chart"]: r.inputs for r in dev_stack.of_type(RELEASE)}
+        nvidia = releases["nvidia-device-plugin"]
+        efa = releases["aws-efa-k8s-device-plugin"]
+        assert nvidia["repositoryOpts"]["repo"] == "https://nvidia.github.io/k8s-device-plugin"
+        assert efa["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts"
+        for release in (nvidia, efa):
+            assert release["version"]  # pinned
+            assert release["namespace"] == "kube-system"
+            assert release["values"]["nodeSelector"] == {"role": "gpu-worker"}
+            assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release[
+                "values"
+            ]["tolerations"]
+        assert efa["values"]["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
+
+    def test_kuberay_operator_on_system_nodes(self, dev_stack: StackRun):
+        kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")
+        assert kuberay.inputs["version"] == "1.7.0"
+        assert kuberay.inputs["repositoryOpts"]["repo"] == "https://ray-project.github.io/kuberay-helm/"
+        assert kuberay.inputs["namespace"] == "kuberay-operator"
+        assert kuberay.inputs["values"] == {"nodeSelector": {"role": "system"}}
+
+    def test_outputs(self, dev_stack: StackRun):
+        exports = dev_stack.exports
+        assert exports["clusterName"] == "ray-llm-multinode"
+        assert exports["namespace"] == "inference"
+        assert exports["serviceName"] == "ray-llm-serve-svc"
+        assert (
+            exports["portForwardCommand"]
+            == "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"
+        )
+        assert exports["openaiBaseUrl"] == "http://127.0.0.1:8000/v1"
+        assert json.loads(exports["kubeconfig"])["kind"] == "Config"
+        assert "kubeconfig" in dev_stack.secret_exports
+        assert dev_stack.secret_exports == {"kubeconfig"}
+
+
+class TestGraph:
+    def test_every_resource_lives_in_one_of_our_components(self, dev_stack: StackRun):
+        components = {r.urn: r for r in dev_stack.registrations if r.type.startswith(COMPONENT_PREFIX)}
+        assert {c.type.split(":")[1] for c in components.values()} == {
+            "network",
+            "cluster",
+            "gpu_node_group",
+            "device_plugins",
+            "kuberay",
+            "rayservice",
+        }
+        for reg in dev_stack.registrations:
+            if reg.type.startswith(COMPONENT_PREFIX):
+                continue
+            assert reg.parent in components, f"{reg.type} {reg.name} is not parented by a component"
+
+    def test_children_are_named_after_their_component(self, dev_stack: StackRun):
+        for reg in dev_stack.registrations:
+            parent = next((r for r in dev_stack.registrations if r.urn == reg.parent), None)
+            if parent is not None:
+                assert reg.name.startswith(f"{parent.name}-"), reg.name
+
+    def test_node_groups_wait_for_the_cluster_and_the_node_role(self, dev_stack: StackRun):
+        """The cluster travels as a resource reference, which the SDK keeps out of the dependency
+        list on purpose; inside pulumi-eks the node group reads the cluster's outputs, so the engine
+        orders it after the cluster. The policies are explicit dependencies."""
+        cluster = dev_stack.one(CLUSTER)
+        policies = dev_stack.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        for name in ("cluster-system", "gpu-nodes"):
+            group = dev_stack.one(NODE_GROUP, name)
+            assert group.inputs["cluster"] == cluster.urn, name
+            assert all(depends_on(dev_stack, group, p) for p in policies), name
+
+    def test_kuberay_waits_for_system_nodes_not_gpu_nodes(self, dev_stack: StackRun):
+        kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")
+        assert depends_on(dev_stack, kuberay, dev_stack.one(NODE_GROUP, "cluster-system"))
+        assert not depends_on(dev_stack, kuberay, dev_stack.one(NODE_GROUP, "gpu-nodes"))
+
+    def test_device_plugins_wait_for_gpu_nodes(self, dev_stack: StackRun):
+        gpu = dev_stack.one(NODE_GROUP, "gpu-nodes")
+        for release in dev_stack.of_type(RELEASE):
+            if release.inputs["chart"] != "kuberay-operator":
+                assert depends_on(dev_stack, release, gpu)
+
+    def test_rayservice_waits_for_kuberay_gpu_nodes_and_device_plugins(self, dev_stack: StackRun):
+        ray = dev_stack.one(RAYSERVICE)
+        for release in dev_stack.of_type(RELEASE):
+            assert depends_on(dev_stack, ray, release), release.inputs["chart"]
+        assert depends_on(dev_stack, ray, dev_stack.one(NODE_GROUP, "gpu-nodes"))
+        namespace = dev_stack.one("kubernetes:core/v1:Namespace", "ray-llm-ns")
+        assert depends_on(dev_stack, ray, namespace)
+
+    def test_every_kubernetes_object_uses_the_cluster_provider(self, dev_stack: StackRun):
+        provider = dev_stack.one("pulumi:providers:kubernetes")
+        assert provider.parent == dev_stack.one("ray-llm-eks:cluster:Cluster").urn
+        assert isinstance(provider.inputs["kubeconfig"], Secret)
+        kube_objects = [r for r in dev_stack.registrations if r.type.startswith("kubernetes:")]
+        assert len(kube_objects) == 6
+        for reg in kube_objects:
+            assert reg.provider.startswith(provider.urn + "::"), f"{reg.type} {reg.name}: {reg.provider!r}"
+
+
+class TestSecureDefaults:
+    def test_imdsv2_required_on_every_node_group(self, dev_stack: StackRun):
+        for group in dev_stack.of_type(NODE_GROUP):
+            assert group.inputs["enableIMDSv2"] is True, group.name
+
+    def test_secrets_encrypted_with_a_rotating_kms_key(self, dev_stack: StackRun):
+        key = dev_stack.one("aws:kms/key:Key")
+        assert key.inputs["enableKeyRotation"] is True
+        assert (
+            dev_stack.one(CLUSTER).inputs["encryptionConfigKeyArn"]
+            == "arn:aws:mock::123456789012:cluster-secrets"
+        )
+
+    def test_control_plane_logging(self, dev_stack: StackRun):
+        assert dev_stack.one(CLUSTER).inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+
+    def test_public_endpoint_is_restricted_by_configured_cidrs(self):
+        run = run_stack(overrides={"cluster": {"publicAccessCidrs": ["198.51.100.0/24"]}})
+        assert run.one(CLUSTER).inputs["publicAccessCidrs"] == ["198.51.100.0/24"]
+
+    def test_private_only_endpoint(self):
+        run = run_stack(overrides={"cluster": {"endpointPublicAccess": False}})
+        cluster = run.one(CLUSTER).inputs
+        assert cluster["endpointPublicAccess"] is False
+        assert "publicAccessCidrs" not in cluster
+
+    def test_no_node_in_a_public_subnet(self, dev_stack: StackRun):
+        public_ids = {
+            f"{s.name}-id" for s in dev_stack.of_type("aws:ec2/subnet:Subnet") if "public" in s.name
+        }
+        for group in dev_stack.of_type(NODE_GROUP):
+            assert not public_ids & set(group.inputs["subnetIds"]), group.name
+
+    def test_node_role_has_only_what_a_node_needs(self, dev_stack: StackRun):
+        policies = sorted(
+            r.inputs["policyArn"]
+            for r in dev_stack.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        )
+        assert policies == [
+            "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+            "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+            "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+        ]
+        role = dev_stack.one("aws:iam/role:Role")
+        assert "ec2.amazonaws.com" in role.inputs["assumeRolePolicy"]
+        assert all(g.inputs["nodeRole"] == role.urn for g in dev_stack.of_type(NODE_GROUP))
+
+    def test_pod_security_levels_are_stated(self, dev_stack: StackRun):
+        labels = {
+            r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"]
+            for r in dev_stack.of_type("kubernetes:core/v1:Namespace")
+        }
+        assert labels["kuberay-operator"]["pod-security.kubernetes.io/enforce"] == "baseline"
+        assert labels["kuberay-operator"]["pod-security.kubernetes.io/audit"] == "restricted"
+        # the GPU workers are privileged (NIXL + EFA); audit flags anything above baseline
+        assert labels["inference"]["pod-security.kubernetes.io/enforce"] == "privileged"
+        assert labels["inference"]["pod-security.kubernetes.io/audit"] == "baseline"
+
+    def test_admin_principals_get_access_entries(self):
+        arn = "arn:aws:iam::123456789012:role/platform"
+        run = run_stack(overrides={"cluster": {"adminPrincipalArns": [arn]}})
+        entries = run.one(CLUSTER).inputs["accessEntries"]
+        assert entries["admin-0"]["principalArn"] == arn
+        policy = entries["admin-0"]["accessPolicies"]["cluster-admin"]
+        assert policy["policyArn"].endswith(":cluster-access-policy/AmazonEKSClusterAdminPolicy")
+        assert policy["accessScope"] == {"type": "cluster"}
+
+    def test_bring_your_own_kms_key(self):
+        arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
+        run = run_stack(overrides={"cluster": {"secretsKmsKeyArn": arn}})
+        assert run.of_type("aws:kms/key:Key") == []
+        assert run.one(CLUSTER).inputs["encryptionConfigKeyArn"] == arn
+
+
+class TestHuggingFaceToken:
+    def test_token_travels_as_a_secret_into_a_kubernetes_secret(self):
+        run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_test_token"})
+        secret = run.one("kubernetes:core/v1:Secret")
+        assert secret.inputs["metadata"]["name"] == "hf-token"
+        data = secret.inputs["stringData"]
+        assert isinstance(data, Secret) or isinstance(data.get("token"), Secret)
+        ray = run.one(RAYSERVICE)
+        assert "hf_test_token" not in json.dumps(ray.inputs, default=str)
+        env = ray.inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][
+            0
+        ]["env"]
+        assert {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+        } in env
+        assert depends_on(run, ray, secret)
+
+    def test_no_token_no_secret(self, dev_stack: StackRun):
+        assert dev_stack.of_type("kubernetes:core/v1:Secret") == []
+
+
+class TestStacksAndDeterminism:
+    @pytest.mark.parametrize("stack", sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml")))
+    def test_every_stack_file_runs(self, stack: str):
+        run = run_stack(stack=stack)
+        assert run.one(RAYSERVICE)
+        assert run.exports["gpuAvailabilityZone"] in run.exports["clusterZones"]
+
+    def test_prod_example_is_production_shaped(self):
+        run = run_stack(stack="prod")
+        assert len(run.of_type("aws:ec2/natGateway:NatGateway")) == 3
+        assert run.one(CLUSTER).inputs["publicAccessCidrs"] == ["203.0.113.0/24"]
+        workers = run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+        assert workers["replicas"] == 3
+        assert run.one(NODE_GROUP, "gpu-nodes").inputs["scalingConfig"]["desiredSize"] == 3
+
+    def test_two_runs_register_identical_resources(self):
+        def snapshot(run: StackRun):
+            return sorted(
+                (
+                    r.type,
+                    r.name,
+                    r.parent,
+                    sorted(r.dependencies),
+                    json.dumps(r.inputs, sort_keys=True, default=repr),
+                )
+                for r in run.registrations
+            )
+
+        assert snapshot(run_stack()) == snapshot(run_stack())
+
+    @pytest.mark.parametrize(
+        ("overrides", "message"),
+        [
+            ({"model": {"gpuMemoryUtilization": 1.5}}, "gpuMemoryUtilization"),
+            ({"gpuNodes": {"availabilityZone": "sa-east-1c"}}, "sa-east-1c does not offer g6.8xlarge"),
+            ({"gpuNodes": {"instanceType": "g6.xlarge"}}, "'g6.xlarge' has no EFA"),
+        ],
+    )
+    def test_bad_config_fails_before_any_resource(self, overrides, message):
+        with pytest.raises(ConfigError, match=message):
+            run_stack(overrides=overrides)
+        assert harness.LAST_RUN is not None
+        assert harness.LAST_RUN.registrations == []
