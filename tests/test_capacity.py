@@ -16,8 +16,8 @@ P = "ray-llm-eks"
 
 def report_for(instance: str = "g6.8xlarge", **model):
     spec = CATALOG[instance]
-    m = ModelConfig(**model)
-    return fit_report(m, spec, WorkerConfig(), pods_per_node(spec, m.tensor_parallel_size))
+    m = ModelConfig.model_validate(model)
+    return fit_report(m, spec, WorkerConfig.model_validate({}), pods_per_node(spec, m.tensor_parallel_size))
 
 
 def test_seed_model_fits_g6_8xlarge_and_shows_its_margin():
@@ -71,7 +71,9 @@ def test_unknown_model_needs_its_size():
 
 def test_worker_memory_must_leave_page_cache_for_the_checkpoint():
     spec = CATALOG["g6.8xlarge"]
-    report = fit_report(ModelConfig(), spec, WorkerConfig(memory="24Gi"), 1)
+    report = fit_report(
+        ModelConfig.model_validate({}), spec, WorkerConfig.model_validate({"memory": "24Gi"}), 1
+    )
     assert not report.fits
     assert "worker memory 24Gi leaves no page cache for the 18 GiB checkpoint" in report.summary()
 
@@ -84,7 +86,7 @@ def test_fit_check_runs_before_any_resource():
 
 def test_worker_size_is_the_node_minus_what_the_node_keeps():
     spec = CATALOG["g6.8xlarge"]
-    size = worker_resources(spec, 1, WorkerConfig())
+    size = worker_resources(spec, 1, WorkerConfig.model_validate({}))
     assert (size.cpu, size.memory) == ("30", "113Gi")
     # far above the ~18 GiB checkpoint, below the node's allocatable (~122 GiB on 128 GiB)
     assert 18 * 3 < size.memory_gib < 120
@@ -95,12 +97,14 @@ def test_worker_size_is_shared_when_a_node_hosts_several_workers():
     assert pods_per_node(spec, 1) == 1
     p5 = CATALOG["p5.48xlarge"]  # 8 GPUs, 32 EFA interfaces
     assert pods_per_node(p5, 2) == 4
-    size = worker_resources(p5, 4, WorkerConfig())
+    size = worker_resources(p5, 4, WorkerConfig.model_validate({}))
     assert size.cpu == str((192 - 12) // 4)
 
 
 def test_worker_size_override_wins():
-    size = worker_resources(CATALOG["g6.8xlarge"], 1, WorkerConfig(cpu="16", memory="64Gi"))
+    size = worker_resources(
+        CATALOG["g6.8xlarge"], 1, WorkerConfig.model_validate({"cpu": "16", "memory": "64Gi"})
+    )
     assert (size.cpu, size.memory, size.memory_gib) == ("16", "64Gi", 64)
 
 
