@@ -32,7 +32,7 @@ SIG_KEY = "4dabf18193072939515e22adb298388d"
 
 # Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
 DEFAULT_OFFERINGS = {
-    "sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"], "g6e.12xlarge": ["sa-east-1a"]},
+    "sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"], "g6e.12xlarge": ["sa-east-1a", "sa-east-1b"]},
     "us-east-1": {
         "g6.8xlarge": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"],
         "p5.48xlarge": ["us-east-1a", "us-east-1b"],

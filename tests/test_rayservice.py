@@ -1,0 +1,320 @@
+"""The serving layer: the RayService the dev stack creates carries every fact of the seed (SPEC.md),
+passes KubeRay 1.7.0's CRD schema, Kubernetes' Pod schema, Ray 2.58's Serve and Serve LLM schemas and
+build_pd_openai_app's rules, and objects broken on purpose fail those same checks, so a pass means
+something. The upgrade path is explicit: it never waits for GPUs that do not exist."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from components.rayservice_spec import RayServiceManifest, build_rayservice, placement_for
+from components.serve_app import ServeConfig
+from config import load_settings
+from tests.harness import StackRun, run_stack, stack_file_config
+from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
+
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+
+
+def registered(run: StackRun) -> dict[str, Any]:
+    reg = run.one(RAYSERVICE)
+    return {k: reg.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def serve_config(obj: dict[str, Any]) -> dict[str, Any]:
+    return yaml.safe_load(obj["spec"]["serveConfigV2"])
+
+
+def head_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+
+
+def worker_groups(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return obj["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+
+
+@pytest.fixture(scope="module")
+def rayservice(dev_stack: StackRun) -> dict[str, Any]:
+    return registered(dev_stack)
+
+
+def test_the_program_creates_exactly_the_rendered_manifest(rayservice):
+    settings = load_settings(stack_file_config("dev"))
+    assert rayservice == build_rayservice(settings, placement_for(settings)).to_dict()
+
+
+class TestSeedFacts:
+    def test_identity(self, rayservice):
+        assert (rayservice["apiVersion"], rayservice["kind"]) == ("ray.io/v1", "RayService")
+        assert rayservice["metadata"]["name"] == "ray-llm"
+        assert rayservice["metadata"]["namespace"] == "inference"
+        assert rayservice["spec"]["rayClusterConfig"]["rayVersion"] == "2.58.0"
+
+    def test_serve_application(self, rayservice):
+        (app,) = serve_config(rayservice)["applications"]
+        assert app["name"] == "qwen"
+        assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
+        assert app["route_prefix"] == "/"
+        assert set(app["args"]) == {"prefill_config", "decode_config"}
+        for side in ("prefill", "decode"):
+            config = app["args"][f"{side}_config"]
+            assert config["model_loading_config"] == {
+                "model_id": "qwen3.5-9b",
+                "model_source": "Qwen/Qwen3.5-9B",
+            }
+            assert config["engine_kwargs"] == {
+                "max_model_len": 4096,
+                "dtype": "bfloat16",
+                "gpu_memory_utilization": 0.9,
+                "enforce_eager": True,
+                "kv_transfer_config": {
+                    "kv_connector": "NixlConnector",
+                    "kv_role": "kv_both",
+                    "engine_id": side,
+                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+                },
+            }
+            assert config["deployment_config"] == {"num_replicas": 1}
+
+    def test_head_is_cpu_only_on_the_system_node(self, rayservice):
+        head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]
+        assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
+        pod = head_pod(rayservice)
+        assert pod["nodeSelector"] == {"role": "system"}
+        (container,) = pod["containers"]
+        assert sorted(p["containerPort"] for p in container["ports"]) == [6379, 8000, 8265]
+        assert {"name": "serve", "containerPort": 8000} in container["ports"]
+        assert container["resources"] == {
+            "requests": {"cpu": "2", "memory": "8Gi"},
+            "limits": {"cpu": "3", "memory": "12Gi"},
+        }
+        assert "nvidia.com/gpu" not in container["resources"]["limits"]
+        assert "securityContext" not in container  # only the GPU workers are privileged
+
+    def test_gpu_workers(self, rayservice):
+        (group,) = worker_groups(rayservice)
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+        assert group["rayStartParams"] == {"num-gpus": "1"}
+        pod = group["template"]["spec"]
+        assert pod["nodeSelector"] == {"role": "gpu-worker"}
+        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        (container,) = pod["containers"]
+        assert container["image"] == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+        assert container["securityContext"] == {"privileged": True}
+        limits = container["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1" and limits["vpc.amazonaws.com/efa"] == "1"
+        assert container["resources"]["requests"] == limits
+        # sized from g6.8xlarge (32 vCPU, 128 GiB), leaving room for the node's daemons
+        assert (limits["cpu"], limits["memory"]) == ("30", "113Gi")
+        env = {e["name"]: e for e in container["env"]}
+        assert env["FI_PROVIDER"]["value"] == "efa"
+        assert env["VLLM_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert env["VLLM_SSM_CONV_STATE_LAYOUT"]["value"] == "DS"
+        assert env["HF_HOME"]["value"].startswith("/data/")
+        assert "FI_EFA_USE_DEVICE_RDMA" not in env  # g6 has EFA but no GPUDirect RDMA
+        assert "HF_TOKEN" not in env
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+        assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+
+    def test_up_waits_until_the_application_serves(self, rayservice):
+        annotations = rayservice["metadata"]["annotations"]
+        wait_for = yaml.safe_load(annotations["pulumi.com/waitFor"])
+        assert wait_for == [
+            "condition=Ready",
+            "jsonpath={.status.activeServiceStatus.applicationStatuses.qwen.status}=RUNNING",
+        ]
+        assert annotations["pulumi.com/timeoutSeconds"] == str(45 * 60)
+
+    def test_deprecated_thresholds_are_not_used(self, rayservice):
+        spec = rayservice["spec"]
+        assert "serviceUnhealthySecondThreshold" not in spec
+        assert "deploymentUnhealthySecondThreshold" not in spec
+
+
+class TestUpstreamSchemas:
+    def test_rayservice_passes_the_kuberay_crd(self, rayservice):
+        assert crd_errors(rayservice) == []
+
+    def test_pod_templates_pass_the_core_pod_schema(self, rayservice):
+        assert pod_errors(head_pod(rayservice)) == []
+        for group in worker_groups(rayservice):
+            assert pod_errors(group["template"]["spec"]) == []
+
+    def test_serve_config_passes_rays_own_schemas(self, rayservice):
+        assert serve_errors(serve_config(rayservice)) == []
+
+    def test_build_pd_openai_app_rules_hold(self, rayservice):
+        assert pd_rule_errors(serve_config(rayservice)) == []
+
+    @pytest.mark.parametrize("stack", ["prod"])
+    def test_other_stacks_pass_too(self, stack):
+        obj = registered(run_stack(stack=stack))
+        assert crd_errors(obj) == []
+        assert pod_errors(worker_groups(obj)[0]["template"]["spec"]) == []
+        assert serve_errors(serve_config(obj)) == [] and pd_rule_errors(serve_config(obj)) == []
+
+
+class TestBrokenObjectsFail:
+    """Each check must be able to fail, or its pass means nothing."""
+
+    def test_unknown_field_fails_the_crd_and_the_pod_schema(self, rayservice):
+        broken = copy.deepcopy(rayservice)
+        head_pod(broken)["containers"][0]["imagePullPolisy"] = "Always"
+        assert any("imagePullPolisy" in e for e in crd_errors(broken))
+        assert pod_errors(head_pod(broken))
+        broken = copy.deepcopy(rayservice)
+        broken["spec"]["rayClusterConfig"]["rayVersio"] = "2.58.0"
+        assert any("rayVersio" in e for e in crd_errors(broken))
+
+    def test_bad_quantity_fails(self, rayservice):
+        broken = copy.deepcopy(rayservice)
+        worker_groups(broken)[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = (
+            "113GB!"
+        )
+        assert any("113GB!" in e for e in crd_errors(broken))
+        # Kubernetes' Pod schema leaves quantities unchecked; our typed model does not.
+        with pytest.raises(ValidationError, match="not a Kubernetes quantity"):
+            RayServiceManifest.model_validate(broken)
+
+    def test_misspelled_upgrade_strategy_fails_the_crd(self, rayservice):
+        broken = copy.deepcopy(rayservice)
+        broken["spec"]["upgradeStrategy"] = {"typ": "None"}
+        assert any("typ" in e for e in crd_errors(broken))
+        # The CRD types `type` as a plain string (KubeRay checks the value at reconcile time); ours
+        # allows only the two values the stack uses.
+        broken["spec"]["upgradeStrategy"] = {"type": "Rolling"}
+        with pytest.raises(ValidationError, match="upgradeStrategy"):
+            RayServiceManifest.model_validate(broken)
+
+    def test_missing_backend_fails(self, rayservice):
+        config = serve_config(rayservice)
+        kv = config["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
+        kv["kv_connector_extra_config"]["backends"] = []
+        assert any("lack LIBFABRIC" in e for e in pd_rule_errors(config))
+        with pytest.raises(ValidationError):
+            ServeConfig.model_validate(config)
+        del kv["kv_connector_extra_config"]
+        assert pd_rule_errors(config)
+
+    def test_different_models_fail(self, rayservice):
+        config = serve_config(rayservice)
+        args = config["applications"][0]["args"]
+        args["decode_config"]["model_loading_config"]["model_id"] = "other"
+        assert any("model id mismatch" in e for e in pd_rule_errors(config))
+        with pytest.raises(ValidationError, match="same model_id"):
+            ServeConfig.model_validate(config)
+
+    def test_missing_kv_transfer_config_fails(self, rayservice):
+        config = serve_config(rayservice)
+        del config["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["kv_transfer_config"]
+        assert any("kv_transfer_config is required" in e for e in pd_rule_errors(config))
+
+    def test_unknown_pd_arg_fails(self, rayservice):
+        config = serve_config(rayservice)
+        config["applications"][0]["args"]["router_config"] = {}
+        assert any("not PDServingArgs fields" in e for e in pd_rule_errors(config))
+
+    def test_rays_schemas_reject_what_ray_would(self, rayservice):
+        config = serve_config(rayservice)
+        config["applications"][0]["args"]["prefill_config"]["deployment_config"]["num_replicas"] = -1
+        assert any("prefill_config" in e for e in serve_errors(config))
+        duplicate = serve_config(rayservice)
+        duplicate["applications"].append(copy.deepcopy(duplicate["applications"][0]))
+        assert any("ServeDeploySchema" in e for e in serve_errors(duplicate))
+
+    def test_typed_model_refuses_unknown_serve_keys(self, rayservice):
+        config = serve_config(rayservice)
+        config["applications"][0]["args"]["prefill_config"]["deployment_confg"] = {}
+        with pytest.raises(ValidationError, match="deployment_confg"):
+            ServeConfig.model_validate(config)
+
+
+class TestServingVariants:
+    def test_more_decode_replicas_more_workers(self):
+        run = run_stack(
+            overrides={"model": {"decodeReplicas": 3}, "gpuNodes": {"desiredSize": 4, "maxSize": 4}}
+        )
+        obj = registered(run)
+        assert worker_groups(obj)[0]["replicas"] == 4
+        args = serve_config(obj)["applications"][0]["args"]
+        assert args["prefill_config"]["deployment_config"] == {"num_replicas": 1}
+        assert args["decode_config"]["deployment_config"] == {"num_replicas": 3}
+        assert crd_errors(obj) == [] and serve_errors(serve_config(obj)) == []
+
+    def test_another_model_and_tensor_parallelism(self):
+        run = run_stack(
+            overrides={
+                "gpuNodes": {"instanceType": "g6e.12xlarge"},
+                "model": {
+                    "id": "qwen3-32b",
+                    "source": "Qwen/Qwen3-32B",
+                    "parametersBillions": 32.8,
+                    "kvCacheBytesPerToken": 262144,
+                    "tensorParallelSize": 2,
+                    "extraEngineKwargs": {"trust_remote_code": True},
+                },
+            }
+        )
+        obj = registered(run)
+        pod = worker_groups(obj)[0]["template"]["spec"]
+        assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        assert worker_groups(obj)[0]["rayStartParams"] == {"num-gpus": "2"}
+        engine = serve_config(obj)["applications"][0]["args"]["decode_config"]["engine_kwargs"]
+        assert engine["tensor_parallel_size"] == 2 and engine["trust_remote_code"] is True
+        assert serve_errors(serve_config(obj)) == [] and pd_rule_errors(serve_config(obj)) == []
+
+    def test_gpudirect_rdma_only_where_the_hardware_has_it(self):
+        run = run_stack(
+            overrides={"gpuNodes": {"instanceType": "p5.48xlarge", "desiredSize": 1, "minSize": 1}},
+            config={"aws:region": "us-east-1"},
+        )
+        env = {
+            e["name"] for e in worker_groups(registered(run))[0]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert "FI_EFA_USE_DEVICE_RDMA" in env
+
+    def test_image_override(self):
+        image = "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0"
+        obj = registered(run_stack(overrides={"serving": {"image": image}}))
+        assert {c["image"] for c in [head_pod(obj)["containers"][0]]} == {image}
+
+
+class TestUpgradePath:
+    """KubeRay's default upgrade starts a second Ray cluster for any rayClusterConfig change; with as
+    many GPU nodes as workers it never schedules. The stack picks the path from the capacity."""
+
+    def test_exact_capacity_recreates_instead_of_waiting_for_gpus(self, dev_stack: StackRun):
+        reg = dev_stack.one(RAYSERVICE)
+        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
+        assert reg.replace_on_changes == ["spec.rayClusterConfig"]
+        assert reg.delete_before_replace is True
+
+    def test_serve_config_changes_stay_in_place(self, dev_stack: StackRun):
+        reg = dev_stack.one(RAYSERVICE)
+        assert not any(path.startswith("spec.serveConfigV2") for path in reg.replace_on_changes)
+        assert "spec" not in reg.replace_on_changes
+
+    def test_spare_capacity_uses_zero_downtime_upgrades(self):
+        run = run_stack(overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}})
+        reg = run.one(RAYSERVICE)
+        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+        assert reg.replace_on_changes == []
+        assert reg.delete_before_replace is False
+
+    def test_recreate_can_be_forced(self):
+        run = run_stack(
+            overrides={
+                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+                "serving": {"upgradeStrategy": "recreate"},
+            }
+        )
+        reg = run.one(RAYSERVICE)
+        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
+        assert reg.delete_before_replace is True

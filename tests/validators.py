@@ -1,0 +1,131 @@
+"""Offline checks of what the serving layer renders, against the real upstream schemas:
+
+- KubeRay 1.7.0's RayService CRD (vendored in tests/schemas, see PROVENANCE.md), made strict where the
+  schema does not preserve unknown fields, because the API server would silently prune them;
+- Kubernetes' core Pod schema (kubernetes-validate) for each pod template;
+- Ray 2.58's `ServeDeploySchema` for serveConfigV2 and Ray Serve LLM's `LLMConfig` for each side;
+- `build_pd_openai_app`'s own rules, read from Ray's source (`PDServingArgs` needs vLLM to import,
+  which the image has and our test machines do not).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from config import versions
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas" / "kuberay" / f"v{versions.KUBERAY_CHART_VERSION}"
+KUBERNETES_VERSION = versions.KUBERNETES_VERSION
+
+
+def _strict(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if (
+            out.get("type") == "object"
+            and "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def rayservice_validator() -> jsonschema.Draft7Validator:
+    crd = yaml.load((SCHEMAS / "ray.io_rayservices.yaml").read_text(), Loader=yaml.CSafeLoader)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(schema)
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    return [
+        f"{'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in rayservice_validator().iter_errors(obj)
+    ]
+
+
+def pod_errors(pod_spec: dict[str, Any]) -> list[str]:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": pod_spec}
+    try:
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return [f"{'/'.join(str(p) for p in error.path)}: {error.message}"]
+    return []
+
+
+def serve_errors(serve_config: dict[str, Any]) -> list[str]:
+    """Ray's own pydantic models: the whole document, then each LLM side."""
+    from pydantic import ValidationError
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    problems: list[str] = []
+    try:
+        ServeDeploySchema.model_validate(serve_config)
+    except ValidationError as error:
+        problems.append(f"ServeDeploySchema: {error}")
+    for app in serve_config.get("applications", []):
+        for side in ("prefill_config", "decode_config"):
+            try:
+                LLMConfig.model_validate(app.get("args", {}).get(side, {}))
+            except ValidationError as error:
+                problems.append(f"{app.get('name')}.{side}: {error}")
+    return problems
+
+
+@functools.cache
+def pd_serving_args_fields() -> frozenset[str]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    assert spec and spec.origin
+    path = Path(spec.origin).parent / "llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PDServingArgs")
+    return frozenset(
+        n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    )
+
+
+DEPRECATED_PD_FIELDS = frozenset({"proxy_cls_config", "proxy_deployment_config"})
+
+
+def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
+    """The rules build_pd_openai_app applies (PDServingArgs' validators), plus ours: NIXL over EFA."""
+    allowed = pd_serving_args_fields() - DEPRECATED_PD_FIELDS
+    problems: list[str] = []
+    for app in serve_config.get("applications", []):
+        if app.get("import_path") != "ray.serve.llm:build_pd_openai_app":
+            problems.append(f"{app.get('name')}: import_path is {app.get('import_path')!r}")
+        args = app.get("args", {})
+        unknown = sorted(set(args) - allowed)
+        if unknown:
+            problems.append(
+                f"{app.get('name')}: args {unknown} are not PDServingArgs fields {sorted(allowed)}"
+            )
+        sides = {s: args.get(f"{s}_config") or {} for s in ("prefill", "decode")}
+        model_ids = {s: c.get("model_loading_config", {}).get("model_id") for s, c in sides.items()}
+        if model_ids["prefill"] != model_ids["decode"]:
+            problems.append(f"P/D model id mismatch: {model_ids}")
+        for side, config in sides.items():
+            kv = config.get("engine_kwargs", {}).get("kv_transfer_config")
+            if kv is None:
+                problems.append(f"{side}: kv_transfer_config is required for P/D disaggregation")
+                continue
+            backends = (kv.get("kv_connector_extra_config") or {}).get("backends") or []
+            if "LIBFABRIC" not in backends:
+                problems.append(f"{side}: NIXL backends {backends} lack LIBFABRIC: UCX runs at TCP speed")
+    return problems
