@@ -38,7 +38,7 @@ class HeadConfig(StrictModel):
 
 class WorkerConfig(StrictModel):
     """GPU worker pods. CPU and memory default to what the GPU instance leaves after the node's own
-    daemons (see components/sizing.py); set them only to override that."""
+    daemons (see config/capacity.py); set them only to override that."""
 
     cpu: Quantity | None = Field(None, description="CPU request and limit per worker (override).")
     memory: Quantity | None = Field(None, description="Memory request and limit per worker (override).")

@@ -1,0 +1,28 @@
+# Thin wrappers around the Pulumi CLI. State goes to a local file backend unless you set
+# PULUMI_BACKEND_URL (s3://..., or https://api.pulumi.com for Pulumi Cloud); see README "State".
+STACK ?= dev
+export PULUMI_BACKEND_URL ?= file://~
+
+.PHONY: up preview destroy test render status verify
+
+up:            ## create or update the stack (default: dev), waiting until the model serves
+	pulumi stack select --create $(STACK)
+	pulumi up --stack $(STACK)
+
+preview:       ## show what `up` would change
+	pulumi preview --stack $(STACK) --diff
+
+destroy:       ## tear everything down, RayService first
+	pulumi destroy --stack $(STACK)
+
+test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
+	bash .ci/run
+
+render:        ## print the serving layer's manifests, offline
+	.venv/bin/python -m ops render --stack $(STACK)
+
+status:
+	.venv/bin/python -m ops status --stack $(STACK)
+
+verify:        ## smoke test: endpoint, completion, NIXL over LIBFABRIC, GPU/EFA capacity
+	.venv/bin/python -m ops verify --stack $(STACK)
