@@ -21,7 +21,7 @@ test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
 render:        ## print the serving layer's manifests, offline
 	.venv/bin/python -m ops render --stack $(STACK)
 
-status:
+status:        ## RayService and app status, pods per node, GPU/EFA capacity
 	.venv/bin/python -m ops status --stack $(STACK)
 
 verify:        ## smoke test: endpoint, completion, NIXL over LIBFABRIC, GPU/EFA capacity

@@ -97,9 +97,8 @@ def main() -> None:
         ),
     )
 
-    port_forward = (
-        f"kubectl port-forward -n {settings.serving.namespace} svc/{serve_service_name(settings)} 8000:8000"
-    )
+    service = serve_service_name(settings.serving.name)
+    port_forward = f"kubectl port-forward -n {settings.serving.namespace} svc/{service} 8000:8000"
     pulumi.export("kubeconfig", cluster.kubeconfig)
     pulumi.export("clusterName", cluster.cluster_name)
     pulumi.export("clusterZones", list(placement.cluster_zones))

@@ -108,5 +108,5 @@ class RayService(pulumi.ComponentResource):
             ),
         )
         self.namespace = namespace.metadata.name
-        self.service_name = pulumi.Output.from_input(serve_service_name(settings))
+        self.service_name = pulumi.Output.from_input(serve_service_name(settings.serving.name))
         self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})

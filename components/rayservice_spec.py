@@ -234,9 +234,9 @@ def namespace_manifest(settings: Settings) -> dict[str, Any]:
     }
 
 
-def serve_service_name(settings: Settings) -> str:
+def serve_service_name(rayservice_name: str) -> str:
     """The Service KubeRay creates in front of the serve application (port 8000)."""
-    return f"{settings.serving.name}-serve-svc"
+    return f"{rayservice_name}-serve-svc"
 
 
 def build_rayservice(settings: Settings, placement: NodePlacement) -> RayServiceManifest:

@@ -1,0 +1,322 @@
+"""The narrow view of a cluster that `status` and `verify` need, and its one real implementation.
+
+Every decision is made on plain API JSON (what `kubectl get -o json` prints) and on HTTP bodies, so the
+tests replay recorded responses through a fake `Cluster`. Only `KubeCluster` talks to a cluster, and
+it imports the `kubernetes` client lazily: that import alone takes over a second, which `render`,
+`--help` and the tests should not pay.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+"""KubeRay labels every Ray pod `head` or `worker`."""
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+"""KubeRay labels every Ray pod with its RayCluster; a RayService upgrade briefly runs two."""
+SERVE_PORT = 8000
+
+CONNECT_TIMEOUT_S = 10.0
+API_TIMEOUT_S = 30.0
+STREAM_TIMEOUT_S = 300.0
+"""Read timeout between two chunks of a streamed completion (a cold engine may pause)."""
+EXEC_TIMEOUT_S = 60.0
+
+
+class OpsError(Exception):
+    """A failure the CLI reports in one message. `exit_code` 2: the command could not start (usage,
+    config, credentials); 1: the cluster answered, but not as hoped."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: str
+    stderr: str
+    returncode: int | None
+    """None when the command did not finish within the timeout."""
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: str
+
+
+class Cluster(Protocol):
+    """What the commands read from a cluster. HTTP paths are relative to the OpenAI API root `/v1`."""
+
+    def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]: ...
+
+    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult: ...
+
+    def http_get(self, path: str) -> HttpResponse: ...
+
+    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+        """POST a JSON body and yield the response's lines as they arrive (raises OpsError on non-2xx)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ServiceEndpoint:
+    """The serve Service KubeRay puts in front of the application, reached through the API server's
+    service proxy, so `verify` needs no port-forward."""
+
+    namespace: str
+    service: str
+    port: int = SERVE_PORT
+
+    def proxy_path(self, path: str) -> str:
+        ns, svc = (urllib.parse.quote(part, safe="") for part in (self.namespace, self.service))
+        return f"/api/v1/namespaces/{ns}/services/{svc}:{self.port}/proxy/v1/{path.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How `status` and `verify` reach the cluster; the CLI builds it, `connect` turns it into a Cluster."""
+
+    kubeconfig: Path | None
+    endpoint: ServiceEndpoint
+    base_url: str | None = None
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Split a byte stream into text lines as soon as each line is complete (SSE is line-framed, and a
+    chunk boundary may fall anywhere, even inside a UTF-8 character)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    for chunk in chunks:
+        pending += decoder.decode(chunk)
+        *complete, pending = pending.split("\n")
+        for line in complete:
+            yield line.removesuffix("\r")
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending.removesuffix("\r")
+
+
+class DirectHttp:
+    """HTTP straight to the OpenAI base URL (e.g. `http://127.0.0.1:8000/v1` behind a port-forward)."""
+
+    def __init__(
+        self, base_url: str, timeout: float = API_TIMEOUT_S, stream_timeout: float = STREAM_TIMEOUT_S
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def get(self, path: str) -> HttpResponse:
+        request = urllib.request.Request(self.url(path), headers={"Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return HttpResponse(response.status, response.read().decode("utf-8", "replace"))
+        except urllib.error.HTTPError as error:
+            return HttpResponse(error.code, error.read().decode("utf-8", "replace"))
+        except (urllib.error.URLError, OSError) as error:
+            raise OpsError(f"cannot reach {self.url(path)}: {getattr(error, 'reason', error)}") from None
+
+    def post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+        request = urllib.request.Request(
+            self.url(path),
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            method="POST",
+        )
+        try:
+            response = urllib.request.urlopen(request, timeout=self.stream_timeout)
+        except urllib.error.HTTPError as error:
+            text = error.read().decode("utf-8", "replace")
+            raise OpsError(f"POST {self.url(path)} answered HTTP {error.code}: {excerpt(text)}") from None
+        except (urllib.error.URLError, OSError) as error:
+            raise OpsError(f"cannot reach {self.url(path)}: {getattr(error, 'reason', error)}") from None
+        with response:
+            # http.client's readline returns each line as soon as it is complete, chunked or not.
+            for raw in response:
+                yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+
+
+class KubeCluster:
+    """The real cluster, through the official `kubernetes` client and a kubeconfig (EKS kubeconfigs
+    authenticate with an `aws eks get-token` exec plugin, which the client runs itself)."""
+
+    def __init__(self, options: ConnectOptions):
+        from kubernetes import client, config
+
+        try:
+            self._api = config.new_client_from_config(
+                config_file=str(options.kubeconfig) if options.kubeconfig else None, persist_config=False
+            )
+        except (config.ConfigException, OSError) as error:
+            where = options.kubeconfig or "the default kubeconfig (KUBECONFIG or ~/.kube/config)"
+            raise OpsError(f"cannot load {where}: {error}", exit_code=2) from None
+        self._core = client.CoreV1Api(self._api)
+        self._custom = client.CustomObjectsApi(self._api)
+        self._endpoint = options.endpoint
+        self._direct = DirectHttp(options.base_url) if options.base_url else None
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        return (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+    def _failure(self, what: str, error: BaseException) -> OpsError:
+        status = getattr(error, "status", None)
+        body = getattr(error, "body", None)
+        if isinstance(body, bytes):
+            body = body.decode("utf-8", "replace")
+        reason = getattr(error, "reason", None)
+        # Status 0 is the client's own failure (connection, TLS, websocket handshake): its reason says it.
+        detail = f"HTTP {status} {reason or ''}".strip() if status else str(reason or error)
+        if not status and " -+-+- " in detail:
+            # websocket-client's handshake error: "status -+-+- headers -+-+- body"; the headers are noise.
+            first, *_, last = detail.split(" -+-+- ")
+            detail = f"{first}: {last}"
+        if body:
+            detail += f": {excerpt(str(body))}"
+        if status in (401, 403):
+            # The exec plugin's failures are only logged by the client; the API server then says 401.
+            detail += (
+                " (the kubeconfig runs `aws eks get-token`: are AWS credentials for the cluster's "
+                "account set, and does the identity have an EKS access entry?)"
+            )
+        return OpsError(f"{what}: {detail}")
+
+    def _list(self, what: str, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        try:
+            # Raw JSON rather than the client's models: the same camelCase shape the fixtures record.
+            response = call(*args, _preload_content=False, _request_timeout=API_TIMEOUT_S, **kwargs)
+            return json.loads(response.data)["items"]
+        except self._errors() as error:
+            raise self._failure(f"cannot list {what}", error) from None
+
+    def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = self._custom.get_namespaced_custom_object(
+                "ray.io", "v1", namespace, "rayservices", name, _request_timeout=API_TIMEOUT_S
+            )
+            return cast(dict[str, Any], found)
+        except self._errors() as error:
+            if getattr(error, "status", None) == 404:
+                return None
+            raise self._failure(f"cannot read RayService {namespace}/{name}", error) from None
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self._list(
+            f"pods in {namespace}", self._core.list_namespaced_pod, namespace, label_selector=label_selector
+        )
+
+    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
+        return self._list("nodes", self._core.list_node, label_selector=label_selector)
+
+    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult:
+        from kubernetes.stream import stream
+
+        # `stream` swaps the ApiClient's transport for a websocket during the call, so it gets its own.
+        core = type(self._core)(self._api)
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                container=container,
+                command=list(command),
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+        except self._errors() as error:
+            raise self._failure(f"exec {command[0]} in container {container} failed", error) from None
+        try:
+            ws.run_forever(timeout=EXEC_TIMEOUT_S)
+            stdout, stderr = ws.read_stdout(), ws.read_stderr()
+            try:
+                returncode = ws.returncode
+            except (TypeError, KeyError, ValueError, IndexError):
+                returncode = None  # the connection closed without an exit status
+            return ExecResult(stdout or "", stderr or "", returncode)
+        finally:
+            ws.close()
+
+    def _raw(self, path: str, method: str, **kwargs: Any) -> Any:
+        """An authenticated request returning the urllib3 response unread (the proxy API of the
+        generated client cannot send a body, and would read a stream to its end)."""
+        return self._api.call_api(
+            path,
+            method,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            **kwargs,
+        )
+
+    def http_get(self, path: str) -> HttpResponse:
+        if self._direct:
+            return self._direct.get(path)
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._raw(
+                self._endpoint.proxy_path(path),
+                "GET",
+                header_params={"Accept": "application/json"},
+                _request_timeout=API_TIMEOUT_S,
+            )
+        except ApiException as error:
+            if error.status:  # the proxy or the application answered with an error status
+                body = error.body.decode("utf-8", "replace") if isinstance(error.body, bytes) else error.body
+                return HttpResponse(error.status, body or str(error.reason))
+            raise self._failure(f"GET {path} through the API server", error) from None
+        except self._errors() as error:
+            raise self._failure(f"GET {path} through the API server", error) from None
+        return HttpResponse(response.status, response.data.decode("utf-8", "replace"))
+
+    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+        if self._direct:
+            yield from self._direct.post_stream(path, body)
+            return
+        try:
+            response = self._raw(
+                self._endpoint.proxy_path(path),
+                "POST",
+                header_params={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                body=dict(body),
+                _request_timeout=(CONNECT_TIMEOUT_S, STREAM_TIMEOUT_S),
+            )
+        except self._errors() as error:
+            raise self._failure(f"POST {path} through the API server", error) from None
+        try:
+            # The API server flushes text/event-stream responses as they come, chunked; urllib3 then
+            # yields each chunk on arrival, so the first token is timed when it lands, not when a
+            # buffer fills.
+            yield from iter_lines(response.stream(1024))
+        except self._errors() as error:
+            raise self._failure(f"reading the stream of POST {path}", error) from None
+        finally:
+            response.release_conn()
+
+
+def excerpt(text: str, limit: int = 300) -> str:
+    """A response body cut down to one line for an error message."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."

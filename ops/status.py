@@ -1,0 +1,233 @@
+"""`ops status`: where the RayService stands, where each Ray pod runs, and what each GPU node offers.
+
+It replaces the seed's `deploy_ray_service.sh status`. KubeRay 1.7 still fills the deprecated
+`serviceStatus`, but the `Ready` condition is what `pulumi up` waits for, so both are shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.rayservice_spec import EFA_RESOURCE, GPU_RESOURCE
+from config.cluster import GPU_NODE_LABELS
+from ops.cluster import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, Cluster
+
+GPU_NODE_SELECTOR = f"role={GPU_NODE_LABELS['role']}"
+"""The label the GPU node group sets and the Ray workers select (the seed's `role=gpu-worker`)."""
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """The default progress reporter of library calls: silence (the CLI passes its own)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class AppStatus:
+    name: str
+    status: str
+    message: str
+    deployments: Mapping[str, str]
+    """Serve deployment name -> status (HEALTHY, UPDATING, UNHEALTHY, ...)."""
+
+
+@dataclass(frozen=True)
+class RayServiceStatus:
+    service_status: str | None
+    """The deprecated `status.serviceStatus` (`Running` or empty)."""
+    ready: Condition | None
+    upgrade_in_progress: Condition | None
+    active_cluster: str | None
+    pending_cluster: str | None
+    applications: tuple[AppStatus, ...]
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    node_type: str
+    cluster: str
+    node: str | None
+    phase: str
+    ready: bool
+
+
+@dataclass(frozen=True)
+class GpuNodeInfo:
+    name: str
+    instance_type: str
+    zone: str
+    gpus: int
+    efa: int
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    namespace: str
+    name: str
+    rayservice: RayServiceStatus | None
+    """None when the RayService does not exist."""
+    pods: tuple[PodInfo, ...]
+    gpu_nodes: tuple[GpuNodeInfo, ...]
+
+    def format(self) -> str:
+        lines = [f"RayService {self.namespace}/{self.name}"]
+        rs = self.rayservice
+        if rs is None:
+            lines.append("  not found (has `pulumi up` created it, in this namespace?)")
+        else:
+            ready = rs.ready
+            lines.append(
+                f"  Ready: {ready.status} ({ready.reason}{': ' + ready.message if ready.message else ''})"
+                if ready
+                else "  Ready: no condition yet"
+            )
+            lines.append(f"  serviceStatus: {rs.service_status or '(empty)'}  [deprecated by KubeRay]")
+            if rs.upgrade_in_progress and rs.upgrade_in_progress.status == "True":
+                lines.append(f"  upgrade in progress: {rs.upgrade_in_progress.reason}")
+            lines.append(f"  active Ray cluster: {rs.active_cluster or '(none)'}")
+            if rs.pending_cluster:
+                lines.append(f"  pending Ray cluster: {rs.pending_cluster}")
+            if not rs.applications:
+                lines.append("  applications: none reported yet")
+            for app in rs.applications:
+                lines.append(f"  application {app.name}: {app.status}{_suffix(app.message)}")
+                for deployment, status in app.deployments.items():
+                    lines.append(f"    {deployment}: {status}")
+        lines.append("")
+        lines.append(f"Ray pods in {self.namespace}: {len(self.pods)}")
+        if self.pods:
+            lines += _table(
+                ("POD", "TYPE", "PHASE", "READY", "NODE"),
+                [
+                    (p.name, p.node_type, p.phase, "yes" if p.ready else "no", p.node or "-")
+                    for p in self.pods
+                ],
+            )
+        lines.append("")
+        lines.append(f"GPU nodes ({GPU_NODE_SELECTOR}): {len(self.gpu_nodes)}, with allocatable GPUs and EFA")
+        if self.gpu_nodes:
+            lines += _table(
+                ("NODE", "INSTANCE", "ZONE", GPU_RESOURCE, EFA_RESOURCE),
+                [(n.name, n.instance_type, n.zone, str(n.gpus), str(n.efa)) for n in self.gpu_nodes],
+            )
+        return "\n".join(lines)
+
+
+def collect_status(cluster: Cluster, namespace: str, name: str, progress: Progress = quiet) -> StatusReport:
+    progress(f"reading RayService {namespace}/{name}")
+    rayservice = cluster.get_rayservice(namespace, name)
+    progress(f"listing Ray pods in {namespace}")
+    pods = cluster.list_pods(namespace, RAY_NODE_TYPE_LABEL)
+    progress(f"listing GPU nodes ({GPU_NODE_SELECTOR})")
+    nodes = cluster.list_nodes(GPU_NODE_SELECTOR)
+    return StatusReport(
+        namespace=namespace,
+        name=name,
+        rayservice=parse_rayservice(rayservice) if rayservice is not None else None,
+        pods=tuple(parse_pod(p) for p in sorted(pods, key=_pod_order)),
+        gpu_nodes=tuple(parse_gpu_node(n) for n in sorted(nodes, key=lambda n: n["metadata"]["name"])),
+    )
+
+
+def parse_rayservice(obj: Mapping[str, Any]) -> RayServiceStatus:
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): _condition(c) for c in status.get("conditions") or []}
+    active = status.get("activeServiceStatus") or {}
+    pending = status.get("pendingServiceStatus") or {}
+    apps = active.get("applicationStatuses") or {}
+    return RayServiceStatus(
+        service_status=status.get("serviceStatus") or None,
+        ready=conditions.get("Ready"),
+        upgrade_in_progress=conditions.get("UpgradeInProgress"),
+        active_cluster=active.get("rayClusterName") or None,
+        pending_cluster=pending.get("rayClusterName") or None,
+        applications=tuple(
+            AppStatus(
+                name=app_name,
+                status=app.get("status") or "UNKNOWN",
+                message=app.get("message") or "",
+                deployments={
+                    d: (info or {}).get("status") or "UNKNOWN"
+                    for d, info in sorted((app.get("serveDeploymentStatuses") or {}).items())
+                },
+            )
+            for app_name, app in sorted(apps.items())
+        ),
+    )
+
+
+def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodInfo(
+        name=meta["name"],
+        node_type=labels.get(RAY_NODE_TYPE_LABEL, "?"),
+        cluster=labels.get(RAY_CLUSTER_LABEL, ""),
+        node=spec.get("nodeName"),
+        phase=status.get("phase") or "Unknown",
+        ready=ready,
+    )
+
+
+def parse_gpu_node(node: Mapping[str, Any]) -> GpuNodeInfo:
+    labels = node["metadata"].get("labels") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return GpuNodeInfo(
+        name=node["metadata"]["name"],
+        instance_type=labels.get(INSTANCE_TYPE_LABEL, "?"),
+        zone=labels.get(ZONE_LABEL, "?"),
+        gpus=resource_count(allocatable.get(GPU_RESOURCE)),
+        efa=resource_count(allocatable.get(EFA_RESOURCE)),
+    )
+
+
+def resource_count(quantity: str | int | None) -> int:
+    """An extended resource's quantity (always a whole number, `"1"`); absent counts as 0."""
+    if quantity is None:
+        return 0
+    try:
+        return int(str(quantity))
+    except ValueError:
+        return 0
+
+
+def _condition(raw: Mapping[str, Any]) -> Condition:
+    return Condition(
+        type=raw.get("type", ""),
+        status=raw.get("status", "Unknown"),
+        reason=raw.get("reason", ""),
+        message=raw.get("message", ""),
+    )
+
+
+def _pod_order(pod: Mapping[str, Any]) -> tuple[int, str]:
+    node_type = (pod["metadata"].get("labels") or {}).get(RAY_NODE_TYPE_LABEL)
+    return (0 if node_type == "head" else 1, pod["metadata"]["name"])
+
+
+def _suffix(message: str) -> str:
+    return f" ({' '.join(message.split())})" if message else ""
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]

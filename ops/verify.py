@@ -1,0 +1,338 @@
+"""`ops verify`: the smoke test after `pulumi up`, four checks that each PASS or FAIL with a reason.
+
+The NIXL check is the one that matters most: when NIXL cannot use libfabric it falls back to UCX, which
+runs at TCP speed even on EFA, and nothing else fails. The Ray worker logs are the only place that
+says which backend was instantiated, so the check reads them in every worker pod.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ops.cluster import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, Cluster, OpsError, excerpt
+from ops.status import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, Progress, parse_gpu_node, quiet
+
+Clock = Callable[[], float]
+
+MODELS_PATH = "models"
+CHAT_PATH = "chat/completions"
+PROMPT = "Explain the benefits of prefill/decode disaggregation."
+MAX_TOKENS = 200
+WORKER_CONTAINER = "ray-worker"
+RAY_LOG_DIR = "/tmp/ray/session_latest/logs/"
+BACKEND_PATTERN = "Backend (LIBFABRIC|UCX) was instantiated"
+"""What NIXL logs when it creates a transfer backend (the seed's grep, an extended regex)."""
+NIXL_BACKEND_GREP = ("grep", "-rhoE", BACKEND_PATTERN, RAY_LOG_DIR)
+
+UCX_FALLBACK = (
+    "NIXL fell back to UCX, which runs at TCP speed: the KV cache does not travel over EFA. Check "
+    "`backends: [LIBFABRIC]` in both sides' kv_connector_extra_config (ray-llm-eks:model.nixlBackends), "
+    "that the EFA device plugin runs on the GPU nodes and advertises vpc.amazonaws.com/efa, and that "
+    "the workers have FI_PROVIDER=efa."
+)
+
+CHECK_MODELS = "GET /v1/models"
+CHECK_CHAT = "streamed chat completion"
+CHECK_NIXL = "NIXL backend"
+CHECK_NODES = "GPU nodes"
+
+
+@dataclass(frozen=True)
+class VerifyTarget:
+    namespace: str
+    name: str
+    """The RayService; its active Ray cluster scopes the worker pods."""
+    model: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    reason: str
+
+    def format(self) -> str:
+        first, *rest = self.reason.splitlines() or [""]
+        lines = [f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {first}"]
+        return "\n".join(lines + [f"      {line}" for line in rest])
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    checks: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def format(self) -> str:
+        failed = [c.name for c in self.checks if not c.passed]
+        summary = f"{len(self.checks) - len(failed)} of {len(self.checks)} checks passed"
+        if failed:
+            summary += "; FAILED: " + ", ".join(failed)
+        return "\n".join([*(c.format() for c in self.checks), "", summary])
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """What one streamed chat completion showed."""
+
+    text: str
+    reasoning: str
+    """`reasoning_content` deltas, when the server splits a thinking model's reasoning out."""
+    content_chunks: int
+    tokens: int
+    token_source: Literal["usage", "content chunks"]
+    ttft_s: float | None
+    """Seconds from sending the request to the first chunk carrying text."""
+    tokens_per_s: float | None
+    """Tokens after the first, over the time from the first text chunk to the last chunk of the choice."""
+    finish_reason: str | None
+    done: bool
+    """Whether `data: [DONE]` arrived (else the stream was cut off)."""
+    error: str | None
+
+
+def summarize_stream(lines: Iterable[str], start: float, clock: Clock) -> StreamStats:
+    """Read an OpenAI chat-completion SSE stream, timing each event with `clock` as it arrives."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    content_chunks = 0
+    usage_tokens: int | None = None
+    first: float | None = None
+    last: float | None = None
+    finish_reason: str | None = None
+    done = False
+    error: str | None = None
+    for line in lines:
+        now = clock()
+        if not line.startswith("data:"):
+            continue  # blank separators, `:` comments, `event:`/`id:` fields
+        payload = line.removeprefix("data:").strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            error = f"an event that is not JSON: {payload[:120]!r}"
+            break
+        if not isinstance(chunk, dict):
+            error = f"an event that is not a JSON object: {payload[:120]!r}"
+            break
+        if chunk.get("error"):
+            failure = chunk["error"]
+            error = failure.get("message", str(failure)) if isinstance(failure, dict) else str(failure)
+            break
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            usage_tokens = usage["completion_tokens"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or ""
+            thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if piece or thought:
+                content_chunks += 1
+                text.append(piece)
+                reasoning.append(thought)
+                first = now if first is None else first
+                last = now
+            if choice.get("finish_reason"):
+                finish_reason = choice["finish_reason"]
+                last = now
+    tokens = usage_tokens if usage_tokens is not None else content_chunks
+    rate = None
+    if first is not None and last is not None and last > first and tokens > 1:
+        rate = (tokens - 1) / (last - first)
+    return StreamStats(
+        text="".join(text),
+        reasoning="".join(reasoning),
+        content_chunks=content_chunks,
+        tokens=tokens,
+        token_source="usage" if usage_tokens is not None else "content chunks",
+        ttft_s=None if first is None else first - start,
+        tokens_per_s=rate,
+        finish_reason=finish_reason,
+        done=done,
+        error=error,
+    )
+
+
+def check_models(cluster: Cluster, model: str) -> CheckResult:
+    response = cluster.http_get(MODELS_PATH)
+    if response.status != 200:
+        hint = ""
+        if response.status == 503:
+            hint = " (the serve Service has no ready endpoint yet: see `python -m ops status`)"
+        return CheckResult(CHECK_MODELS, False, f"HTTP {response.status}{hint}: {excerpt(response.body)}")
+    try:
+        listed = json.loads(response.body)
+        ids = [m["id"] for m in listed["data"]]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return CheckResult(CHECK_MODELS, False, f"not an OpenAI model list: {excerpt(response.body)}")
+    if model not in ids:
+        served = ", ".join(ids) or "none"
+        return CheckResult(CHECK_MODELS, False, f"model {model} is not served (served: {served})")
+    return CheckResult(CHECK_MODELS, True, f"model {model} is served")
+
+
+def chat_request(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0.7,
+        "stream": True,
+        # The final chunk then carries exact token counts; without it we count content chunks.
+        "stream_options": {"include_usage": True},
+    }
+
+
+def check_chat(cluster: Cluster, model: str, clock: Clock) -> CheckResult:
+    start = clock()
+    stats = summarize_stream(cluster.http_post_stream(CHAT_PATH, chat_request(model)), start, clock)
+    if stats.error:
+        return CheckResult(CHECK_CHAT, False, f"the stream reported an error: {stats.error}")
+    if not (stats.text or stats.reasoning):
+        return CheckResult(
+            CHECK_CHAT, False, f"the stream carried no text (finish_reason {stats.finish_reason or 'none'})"
+        )
+    if not stats.done:
+        return CheckResult(
+            CHECK_CHAT, False, f"the stream stopped after {stats.content_chunks} text chunks without [DONE]"
+        )
+    rate = f"{stats.tokens_per_s:.1f} tokens/s" if stats.tokens_per_s is not None else "tokens/s n/a"
+    ttft = f"{stats.ttft_s:.2f} s" if stats.ttft_s is not None else "n/a"
+    reply = excerpt(stats.text or stats.reasoning, 80)
+    return CheckResult(
+        CHECK_CHAT,
+        True,
+        f"time to first token {ttft}, {rate} ({stats.tokens} tokens by {stats.token_source}, "
+        f"finish_reason {stats.finish_reason or 'none'})\nreply: {reply!r}",
+    )
+
+
+def backend_counts(grep_output: str) -> Counter[str]:
+    return Counter(re.findall(BACKEND_PATTERN, grep_output))
+
+
+def worker_selector(cluster: Cluster, target: VerifyTarget) -> str:
+    """Workers of the RayService's active Ray cluster: during an upgrade the namespace holds two."""
+    selector = f"{RAY_NODE_TYPE_LABEL}=worker"
+    rayservice = cluster.get_rayservice(target.namespace, target.name)
+    active = ((rayservice or {}).get("status") or {}).get("activeServiceStatus") or {}
+    if active.get("rayClusterName"):
+        selector += f",{RAY_CLUSTER_LABEL}={active['rayClusterName']}"
+    return selector
+
+
+def check_nixl_backend(cluster: Cluster, target: VerifyTarget, progress: Progress = quiet) -> CheckResult:
+    selector = worker_selector(cluster, target)
+    pods = sorted(cluster.list_pods(target.namespace, selector), key=lambda p: p["metadata"]["name"])
+    if not pods:
+        return CheckResult(CHECK_NIXL, False, f"no Ray worker pod in {target.namespace} ({selector})")
+    findings: list[str] = []
+    ucx = missing = unreadable = False
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase") or "Unknown"
+        if phase != "Running":
+            findings.append(f"{name}: {phase}, not Running, so its logs cannot be searched")
+            unreadable = True
+            continue
+        progress(f"searching the Ray logs of {name} for the NIXL backend")
+        try:
+            result = cluster.exec_in_pod(target.namespace, name, WORKER_CONTAINER, NIXL_BACKEND_GREP)
+        except OpsError as error:
+            findings.append(f"{name}: {error}")
+            unreadable = True
+            continue
+        counts = backend_counts(result.stdout)
+        seen = ", ".join(f"{backend} x{n}" for backend, n in sorted(counts.items()))
+        if counts["UCX"]:
+            findings.append(f"{name}: {seen}")
+            ucx = True
+        elif counts["LIBFABRIC"]:
+            findings.append(f"{name}: {seen}")
+        elif result.returncode is None:
+            findings.append(f"{name}: grep did not finish in time")
+            unreadable = True
+        elif result.returncode > 1:  # grep: 1 means no match, 2 means it could not read
+            findings.append(f"{name}: could not search {RAY_LOG_DIR} ({excerpt(result.stderr, 160)})")
+            unreadable = True
+        else:
+            findings.append(f"{name}: no NIXL backend was logged yet")
+            missing = True
+    if ucx:
+        return CheckResult(CHECK_NIXL, False, "\n".join([UCX_FALLBACK, *findings]))
+    if missing:
+        return CheckResult(
+            CHECK_NIXL,
+            False,
+            "\n".join(
+                [
+                    "no NIXL backend was logged yet in some workers: the engines log it when they start; "
+                    "wait for the application to be RUNNING (`python -m ops status`) and run verify again",
+                    *findings,
+                ]
+            ),
+        )
+    if unreadable:
+        return CheckResult(CHECK_NIXL, False, "\n".join(["could not read every worker's logs", *findings]))
+    return CheckResult(CHECK_NIXL, True, "\n".join(["LIBFABRIC (EFA) in every worker, no UCX", *findings]))
+
+
+def check_gpu_nodes(cluster: Cluster) -> CheckResult:
+    nodes = [parse_gpu_node(n) for n in cluster.list_nodes(GPU_NODE_SELECTOR)]
+    if not nodes:
+        return CheckResult(
+            CHECK_NODES, False, f"no node is labelled {GPU_NODE_SELECTOR} (is the GPU node group up?)"
+        )
+    problems = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if node.gpus < 1:
+            problems.append(f"{node.name}: allocatable {GPU_RESOURCE} is {node.gpus} (NVIDIA device plugin?)")
+        if node.efa < 1:
+            problems.append(
+                f"{node.name}: allocatable {EFA_RESOURCE} is {node.efa} (EFA device plugin running there, "
+                "and the node launched with an EFA interface?)"
+            )
+    if problems:
+        return CheckResult(CHECK_NODES, False, "\n".join(problems))
+    listing = ", ".join(f"{n.name} ({n.gpus} GPU, {n.efa} EFA)" for n in sorted(nodes, key=lambda n: n.name))
+    return CheckResult(
+        CHECK_NODES, True, f"{len(nodes)} with {GPU_RESOURCE} >= 1 and {EFA_RESOURCE} >= 1: {listing}"
+    )
+
+
+def verify(
+    cluster: Cluster, target: VerifyTarget, clock: Clock = time.monotonic, progress: Progress = quiet
+) -> VerifyReport:
+    """Run every check, even after a failure: the report should name everything that is wrong."""
+    steps: list[tuple[str, str, Callable[[], CheckResult]]] = [
+        (CHECK_MODELS, "listing models", lambda: check_models(cluster, target.model)),
+        (
+            CHECK_CHAT,
+            f"streaming a chat completion from {target.model}",
+            lambda: check_chat(cluster, target.model, clock),
+        ),
+        (CHECK_NIXL, "finding the Ray worker pods", lambda: check_nixl_backend(cluster, target, progress)),
+        (CHECK_NODES, "reading GPU node capacity", lambda: check_gpu_nodes(cluster)),
+    ]
+    results = []
+    for name, doing, run in steps:
+        progress(doing)
+        try:
+            results.append(run())
+        except OpsError as error:
+            results.append(CheckResult(name, False, str(error)))
+        except (ValueError, KeyError, TypeError) as error:
+            # A malformed answer fails its check; it must not hide the other checks' verdicts.
+            results.append(CheckResult(name, False, f"unexpected answer: {error!r}"))
+    return VerifyReport(tuple(results))

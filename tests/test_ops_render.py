@@ -1,0 +1,84 @@
+"""`python -m ops render`: what it prints must be what the Pulumi program applies, for every stack file
+in the repository, and a bad stack file must stop it with the offending key named and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.rayservice_spec import build_rayservice, namespace_manifest, placement_for
+from config.settings import load_settings
+from ops.cli import main
+from ops.stack import load_stack_config
+from tests.harness import ROOT, stack_file_config
+
+STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def render(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["render", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_stack_file_is_rendered_and_dev_is_among_them():
+    assert "dev" in STACKS
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_render_prints_the_namespace_and_rayservice_the_program_builds(stack, capsys):
+    code, out, err = render(capsys, "--stack", stack)
+
+    settings = load_settings(stack_file_config(stack))
+    expected = [namespace_manifest(settings), build_rayservice(settings, placement_for(settings)).to_dict()]
+    assert code == 0, err
+    assert list(yaml.safe_load_all(out)) == expected
+
+
+def test_render_shows_serve_config_as_a_readable_block(capsys):
+    code, out, _ = render(capsys, "--stack", "dev")
+
+    assert code == 0
+    assert "  serveConfigV2: |\n    applications:\n" in out
+    assert out.startswith("---\napiVersion: v1\nkind: Namespace\n")
+
+
+def _write_stack(root: Path, name: str, config: dict) -> None:
+    (root / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+def test_render_of_a_bad_config_exits_2_and_names_the_key(tmp_path, capsys):
+    config = load_stack_config(ROOT, "dev")
+    config["ray-llm-eks:model"] = {**config["ray-llm-eks:model"], "prefillReplicas": 0}
+    _write_stack(tmp_path, "broken", config)
+
+    code, out, err = render(capsys, "--stack", "broken", "--root", str(tmp_path))
+
+    assert code == 2
+    assert out == ""
+    assert "ray-llm-eks:model.prefillReplicas" in err
+
+
+def test_render_of_a_missing_stack_file_exits_2_and_lists_the_stacks(tmp_path, capsys):
+    _write_stack(tmp_path, "staging", {"aws:region": "sa-east-1"})
+
+    code, out, err = render(capsys, "--stack", "prod", "--root", str(tmp_path))
+
+    assert code == 2
+    assert out == ""
+    assert "Pulumi.prod.yaml" in err
+    assert "staging" in err
+
+
+def test_render_without_a_region_exits_2_naming_aws_region(tmp_path, capsys):
+    config = load_stack_config(ROOT, "dev")
+    del config["aws:region"]
+    _write_stack(tmp_path, "noregion", config)
+
+    code, _, err = render(capsys, "--stack", "noregion", "--root", str(tmp_path))
+
+    assert code == 2
+    assert "aws:region" in err

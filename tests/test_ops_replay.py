@@ -1,0 +1,177 @@
+"""The fake cluster the `ops` tests run against, replaying tests/fixtures/ops/, and the checks that keep
+those recordings honest: a fake whose answers drift from what KubeRay and Kubernetes return would let
+`status` and `verify` pass tests and fail on a real cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ops.cluster import ExecResult, HttpResponse, OpsError
+from tests.validators import crd_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ops"
+ACTIVE_CLUSTER = "ray-llm-6mzvd"
+HEAD = f"{ACTIVE_CLUSTER}-head-7xq9t"
+WORKERS = (f"{ACTIVE_CLUSTER}-gpu-workers-worker-k2l8p", f"{ACTIVE_CLUSTER}-gpu-workers-worker-w9f4d")
+SYSTEM_NODE = "ip-10-0-3-142.sa-east-1.compute.internal"
+GPU_NODES = ("ip-10-0-1-23.sa-east-1.compute.internal", "ip-10-0-1-87.sa-east-1.compute.internal")
+
+
+def fixture_json(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def fixture_text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def grep_result(name: str) -> ExecResult:
+    """A worker's grep as the exec API reports it: exit 0 on a match, 1 on none."""
+    out = fixture_text(name)
+    return ExecResult(out, "", 0 if out else 1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def selector_matches(labels: Mapping[str, str], selector: str) -> bool:
+    """Equality-based label selectors (`k=v`, `k!=v`, `k`), as the API server applies them."""
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@dataclass
+class FakeCluster:
+    """Answers like a cluster would, from the fixtures; records every call so tests can check them.
+
+    The streamed completion moves `clock` as each `data:` event arrives: the first event
+    `first_event_s` after the request, then one every `event_interval_s`."""
+
+    rayservice: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    grep: dict[str, ExecResult | OpsError]
+    """Per worker pod: what its grep printed, or the error exec raised."""
+    models: HttpResponse
+    stream: list[str]
+    clock: FakeClock = field(default_factory=FakeClock)
+    first_event_s: float = 0.40
+    event_interval_s: float = 0.05
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get_rayservice", namespace, name))
+        found = self.rayservice
+        if found and (found["metadata"]["namespace"], found["metadata"]["name"]) == (namespace, name):
+            return copy.deepcopy(found)
+        return None
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_pods", namespace, label_selector))
+        return [
+            copy.deepcopy(p)
+            for p in self.pods
+            if p["metadata"]["namespace"] == namespace
+            and selector_matches(p["metadata"].get("labels", {}), label_selector)
+        ]
+
+    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_nodes", label_selector))
+        return [
+            copy.deepcopy(n)
+            for n in self.nodes
+            if selector_matches(n["metadata"].get("labels", {}), label_selector)
+        ]
+
+    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult:
+        self.calls.append(("exec", namespace, pod, container, tuple(command)))
+        found = next((p for p in self.pods if p["metadata"]["name"] == pod), None)
+        if found is None or container not in [c["name"] for c in found["spec"]["containers"]]:
+            raise OpsError(f"pod {pod!r} has no container {container!r}")
+        result = self.grep[pod]
+        if isinstance(result, OpsError):
+            raise result
+        return result
+
+    def http_get(self, path: str) -> HttpResponse:
+        self.calls.append(("GET", path))
+        return self.models if path == "models" else HttpResponse(404, '{"detail":"Not Found"}')
+
+    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+        self.calls.append(("POST", path, dict(body)))
+        if path != "chat/completions":
+            raise OpsError(f"POST {path} answered HTTP 404")
+        return self._replay()
+
+    def _replay(self) -> Iterator[str]:
+        start, event = self.clock.now, 0
+        for line in self.stream:
+            if line.startswith("data:"):
+                self.clock.now = start + self.first_event_s + self.event_interval_s * event
+                event += 1
+            yield line
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return next(p for p in self.pods if p["metadata"]["name"] == name)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return next(n for n in self.nodes if n["metadata"]["name"] == name)
+
+
+def healthy_cluster() -> FakeCluster:
+    """The dev stack after a good `pulumi up`: Ready, RUNNING, NIXL on LIBFABRIC, EFA on both nodes."""
+    return FakeCluster(
+        rayservice=fixture_json("rayservice.json"),
+        pods=fixture_json("pods.json")["items"],
+        nodes=fixture_json("nodes.json")["items"],
+        grep={worker: grep_result("grep_libfabric.txt") for worker in WORKERS},
+        models=HttpResponse(200, fixture_text("models.json")),
+        stream=fixture_text("chat_stream.sse").splitlines(),
+    )
+
+
+def test_recorded_rayservice_is_valid_under_the_kuberay_1_7_crd():
+    # The whole object, status included, against the vendored CRD, strict where the API server prunes.
+    assert crd_errors(fixture_json("rayservice.json")) == []
+
+
+def test_recorded_pods_run_where_their_selectors_send_them():
+    cluster = healthy_cluster()
+    for pod in cluster.pods:
+        node_labels = cluster.node(pod["spec"]["nodeName"])["metadata"]["labels"]
+        assert selector_matches(
+            node_labels, ",".join(f"{k}={v}" for k, v in pod["spec"]["nodeSelector"].items())
+        )
+        assert pod["metadata"]["labels"]["ray.io/cluster"] == ACTIVE_CLUSTER
+    assert {p["spec"]["nodeName"] for p in cluster.pods if p["metadata"]["name"] in WORKERS} == set(GPU_NODES)
+
+
+def test_fake_applies_label_selectors_like_the_api_server():
+    labels = {"ray.io/node-type": "worker", "ray.io/cluster": "a"}
+    assert selector_matches(labels, "ray.io/node-type=worker,ray.io/cluster=a")
+    assert selector_matches(labels, "ray.io/node-type")
+    assert not selector_matches(labels, "ray.io/node-type=worker,ray.io/cluster=b")
+    assert not selector_matches(labels, "ray.io/node-type!=worker")
+    assert not selector_matches(labels, "role")
