@@ -12,6 +12,8 @@ object of the stack goes through.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
@@ -35,20 +37,13 @@ def partition_of(region: str) -> str:
     return "aws"
 
 
+@dataclass(frozen=True)
 class ClusterArgs:
-    def __init__(
-        self,
-        config: ClusterConfig,
-        system_nodes: SystemNodesConfig,
-        region: str,
-        vpc_id: pulumi.Input[str],
-        private_subnet_ids: pulumi.Input[list[str]],
-    ):
-        self.config = config
-        self.system_nodes = system_nodes
-        self.region = region
-        self.vpc_id = vpc_id
-        self.private_subnet_ids = private_subnet_ids
+    config: ClusterConfig
+    system_nodes: SystemNodesConfig
+    region: str
+    vpc_id: pulumi.Input[str]
+    private_subnet_ids: pulumi.Input[list[str]]
 
 
 class Cluster(pulumi.ComponentResource):

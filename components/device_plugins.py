@@ -11,6 +11,7 @@ Both run on the GPU nodes only and tolerate their taint:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -43,16 +44,12 @@ def efa_values(instance_type: str) -> dict:
     }
 
 
+@dataclass(frozen=True)
 class DevicePluginsArgs:
-    def __init__(
-        self,
-        provider: k8s.Provider,
-        instance_type: str,
-        gpu_nodes: Sequence[pulumi.Resource],
-    ):
-        self.provider = provider
-        self.instance_type = instance_type
-        self.gpu_nodes = gpu_nodes
+    provider: k8s.Provider
+    instance_type: str
+    gpu_nodes: Sequence[pulumi.Resource]
+    """The GPU node group: the plugins' DaemonSets can only become ready on its nodes."""
 
 
 class DevicePlugins(pulumi.ComponentResource):
@@ -63,25 +60,32 @@ class DevicePlugins(pulumi.ComponentResource):
         super().__init__("ray-llm-eks:device_plugins:DevicePlugins", name, None, opts)
         # The releases wait for their DaemonSets to be ready, which needs the GPU nodes.
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.gpu_nodes))
-        nvidia = k8s.helm.v3.Release(
-            f"{name}-nvidia",
-            name="nvidia-device-plugin",
-            chart="nvidia-device-plugin",
-            version=versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO),
-            namespace=NAMESPACE,
-            values=nvidia_values(),
-            opts=child,
+
+        def release(suffix: str, chart: str, version: str, repo: str, values: dict) -> k8s.helm.v3.Release:
+            return k8s.helm.v3.Release(
+                f"{name}-{suffix}",
+                name=chart,
+                chart=chart,
+                version=version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+                namespace=NAMESPACE,
+                values=values,
+                opts=child,
+            )
+
+        nvidia = release(
+            "nvidia",
+            "nvidia-device-plugin",
+            versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
+            versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
+            nvidia_values(),
         )
-        efa = k8s.helm.v3.Release(
-            f"{name}-efa",
-            name="aws-efa-k8s-device-plugin",
-            chart="aws-efa-k8s-device-plugin",
-            version=versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.EFA_DEVICE_PLUGIN_CHART_REPO),
-            namespace=NAMESPACE,
-            values=efa_values(args.instance_type),
-            opts=child,
+        efa = release(
+            "efa",
+            "aws-efa-k8s-device-plugin",
+            versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
+            versions.EFA_DEVICE_PLUGIN_CHART_REPO,
+            efa_values(args.instance_type),
         )
         self.releases = [nvidia, efa]
         self.register_outputs({"releases": [r.name for r in self.releases]})

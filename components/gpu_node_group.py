@@ -11,6 +11,8 @@ The zone is pinned because EFA traffic does not cross availability zones.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
@@ -18,22 +20,17 @@ import pulumi_eks as eks
 from config.cluster import GPU_NODE_LABELS, GPU_TAINT_KEY, GpuNodesConfig
 
 
+@dataclass(frozen=True)
 class GpuNodeGroupArgs:
-    def __init__(
-        self,
-        config: GpuNodesConfig,
-        cluster: eks.Cluster,
-        node_role: aws.iam.Role,
-        zone: str,
-        subnet_id: pulumi.Input[str],
-        node_role_policies: list[aws.iam.RolePolicyAttachment],
-    ):
-        self.node_role_policies = node_role_policies
-        self.config = config
-        self.cluster = cluster
-        self.node_role = node_role
-        self.zone = zone
-        self.subnet_id = subnet_id
+    config: GpuNodesConfig
+    cluster: eks.Cluster
+    node_role: aws.iam.Role
+    zone: str
+    """The one availability zone of the group (offers the instance type; see config/placement.py)."""
+    subnet_id: pulumi.Input[str]
+    """The private subnet in that zone."""
+    node_role_policies: list[aws.iam.RolePolicyAttachment]
+    """The node role's attachments: nodes cannot join before they exist."""
 
 
 class GpuNodeGroup(pulumi.ComponentResource):

@@ -7,6 +7,7 @@ chart ships the RayService CRD in crds/, which Helm installs before the operator
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -17,16 +18,12 @@ from config.cluster import SYSTEM_NODE_LABELS
 from config.serving import KubeRayConfig
 
 
+@dataclass(frozen=True)
 class KubeRayOperatorArgs:
-    def __init__(
-        self,
-        config: KubeRayConfig,
-        provider: k8s.Provider,
-        system_nodes: Sequence[pulumi.Resource],
-    ):
-        self.config = config
-        self.provider = provider
-        self.system_nodes = system_nodes
+    config: KubeRayConfig
+    provider: k8s.Provider
+    system_nodes: Sequence[pulumi.Resource]
+    """What the operator waits for: the system node group, not the GPU nodes."""
 
 
 class KubeRayOperator(pulumi.ComponentResource):

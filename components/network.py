@@ -38,11 +38,13 @@ def plan_subnets(vpc_cidr: IPv4Network, zones: tuple[str, ...]) -> list[SubnetPl
     ]
 
 
+@dataclass(frozen=True)
 class NetworkArgs:
-    def __init__(self, config: NetworkConfig, zones: tuple[str, ...], cluster_name: str):
-        self.config = config
-        self.zones = zones
-        self.cluster_name = cluster_name
+    config: NetworkConfig
+    zones: tuple[str, ...]
+    """Zones of the subnets, in order (the GPU zone among them)."""
+    cluster_name: str
+    """For the `kubernetes.io/cluster/<name>` subnet tags."""
 
 
 class Network(pulumi.ComponentResource):

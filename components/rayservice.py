@@ -15,6 +15,7 @@ an in-place update, which KubeRay applies to the running cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -32,22 +33,15 @@ from config.settings import Settings
 CLUSTER_CONFIG_PATH = "spec.rayClusterConfig"
 
 
+@dataclass(frozen=True)
 class RayServiceArgs:
-    def __init__(
-        self,
-        settings: Settings,
-        placement: NodePlacement,
-        provider: k8s.Provider,
-        wait_for: Sequence[pulumi.Resource],
-        hf_token: pulumi.Input[str] | None = None,
-    ):
-        """`wait_for`: what must exist first: the KubeRay release (it brings the CRD), the GPU node
-        group and the device plugins (so the workers can be scheduled at all)."""
-        self.settings = settings
-        self.placement = placement
-        self.provider = provider
-        self.wait_for = wait_for
-        self.hf_token = hf_token
+    settings: Settings
+    placement: NodePlacement
+    provider: k8s.Provider
+    wait_for: Sequence[pulumi.Resource]
+    """What must exist first: the KubeRay release (it brings the CRD), the GPU node group and the
+    device plugins (so the workers can be scheduled at all)."""
+    hf_token: pulumi.Input[str] | None = None
 
 
 class RayService(pulumi.ComponentResource):
