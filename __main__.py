@@ -28,7 +28,7 @@ from components.rayservice import RayService, RayServiceArgs
 from components.rayservice_spec import placement_for, serve_service_name
 from config import load_settings
 from config.capacity import fit_report
-from config.placement import choose_placement
+from config.placement import check_admins, choose_placement
 
 
 def stack_config() -> dict[str, Any]:
@@ -48,6 +48,8 @@ def zones_offering(instance_type: str, region: str) -> list[str]:
 def main() -> None:
     settings = load_settings(stack_config())
     placement = choose_placement(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region))
+    if settings.cluster.admin_principal_arns:
+        check_admins(settings, aws.get_caller_identity().arn)
     pulumi.log.info(
         fit_report(
             settings.model, settings.gpu_nodes.spec, settings.serving.worker, settings.gpu_pods_per_node

@@ -3,10 +3,12 @@ object of the stack goes through.
 
 - Access: EKS access entries (authentication mode API). EKS makes whoever creates the cluster an
   admin; `cluster.adminPrincipalArns` adds more.
-- Add-ons: vpc-cni and kube-proxy are EKS managed add-ons that pulumi-eks creates with the cluster;
-  coredns is created here, after the system nodes exist, because a managed coredns add-on created
-  before any node can schedule it stays DEGRADED until it times out (pulumi/pulumi-eks#1525).
-- Security: Kubernetes secrets encrypted with KMS, control-plane logs on, IMDSv2 required on nodes,
+- Add-ons: vpc-cni and kube-proxy are EKS managed add-ons that pulumi-eks creates with the cluster.
+  Without a default node group pulumi-eks creates no coredns add-on (EKS bootstraps a self-managed
+  coredns), so the managed coredns add-on is created here, after the system nodes exist: created
+  before any node can schedule it, it stays DEGRADED until it times out (pulumi/pulumi-eks#1525).
+- Security: Kubernetes secrets encrypted with KMS, control-plane logs on (in a log group the stack
+  owns, with retention), IMDSv2 required on nodes,
   nodes only in private subnets, a node role with only the three policies a node needs.
 """
 
@@ -110,6 +112,21 @@ class Cluster(pulumi.ComponentResource):
             for policy in NODE_POLICIES
         ]
 
+        # EKS writes control-plane logs to this group and would create it without retention, and
+        # outside Pulumi, so that it outlived `pulumi destroy`.
+        log_groups = (
+            [
+                aws.cloudwatch.LogGroup(
+                    f"{name}-logs",
+                    name=f"/aws/eks/{config.name}/cluster",
+                    retention_in_days=config.log_retention_days,
+                    opts=child,
+                )
+            ]
+            if config.log_types
+            else []
+        )
+
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
             name=config.name,
@@ -141,9 +158,11 @@ class Cluster(pulumi.ComponentResource):
             else None,
             encryption_config_key_arn=key_arn,
             enabled_cluster_log_types=list(config.log_types),
+            # Without a default node group pulumi-eks creates no coredns add-on anyway; say so, since
+            # ours follows the system nodes (below).
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             tags={"Name": config.name},
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=log_groups)),
         )
         self.cluster_name = pulumi.Output.from_input(config.name)
 

@@ -49,6 +49,11 @@ class ClusterConfig(StrictModel):
         ["api", "audit", "authenticator"],
         description="Control-plane log types sent to CloudWatch Logs.",
     )
+    log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = Field(
+        30,
+        description="Retention of the control-plane log group `/aws/eks/<name>/cluster`, which the stack "
+        "creates (so `pulumi destroy` removes it too).",
+    )
     secrets_kms_key_arn: str | None = Field(
         None,
         pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+$",
@@ -77,7 +82,13 @@ class SystemNodesConfig(StrictModel):
     min_size: int = Field(1, ge=1, description="Minimum number of system nodes.")
     desired_size: int = Field(1, ge=1, description="Number of system nodes at creation.")
     max_size: int = Field(2, ge=1, description="Maximum number of system nodes.")
-    disk_size_gib: int = Field(50, ge=20, le=16384, description="Root volume of each system node.")
+    disk_size_gib: int = Field(
+        100,
+        ge=50,
+        le=16384,
+        description="Root volume of each system node. The Ray head runs the ~15 GiB (compressed) Ray LLM "
+        "image here too; unpacked it needs about twice that beside the system images.",
+    )
 
     @model_validator(mode="after")
     def _ordered_sizes(self) -> SystemNodesConfig:

@@ -14,8 +14,9 @@ from typing import Any
 from pydantic import Field, SecretStr, ValidationError, model_validator
 
 from config import versions
-from config.base import StrictModel
-from config.capacity import fit_report, pods_per_node
+from config.base import StrictModel, quantity_value
+from config.capacity import GIB, fit_report, pods_per_node
+from config.catalog import lookup
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.network import NetworkConfig
 from config.serving import KubeRayConfig, ModelConfig, ServingConfig
@@ -24,6 +25,11 @@ PROJECT = "ray-llm-eks"
 """The project name in Pulumi.yaml, and so the namespace of every config key of ours."""
 
 REGION_KEY = "aws:region"
+SYSTEM_NODE_RESERVED_CPU = 1.0
+"""vCPU a system node keeps for the kubelet's reservation and its system pods (coredns 2 x 0.1,
+KubeRay 0.1, kube-proxy 0.1, aws-node 0.025, ...)."""
+SYSTEM_NODE_RESERVED_GIB = 3
+"""Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
 SECRET_KEYS = ("huggingFaceToken",)
 
 
@@ -60,8 +66,27 @@ class Settings(StrictModel):
 
     @property
     def spare_cluster_capacity(self) -> bool:
-        """Whether the GPU nodes could host a second Ray cluster during an upgrade."""
-        return self.gpu_nodes.desired_size * self.gpu_pods_per_node >= 2 * self.model.workers
+        """Whether the nodes could host a second Ray cluster during an upgrade: twice the GPU workers
+        on the GPU nodes, and a second head on the system nodes."""
+        gpu = self.gpu_nodes.desired_size * self.gpu_pods_per_node >= 2 * self.model.workers
+        return gpu and self.system_nodes_host_two_heads
+
+    @property
+    def system_nodes_host_two_heads(self) -> bool:
+        """Two system nodes host a head each; one node only if its CPU and memory, less what the node
+        and its system pods (coredns, KubeRay, aws-node, kube-proxy) take, fit both heads' requests."""
+        if self.system_nodes.desired_size >= 2:
+            return True
+        spec = lookup(self.system_nodes.instance_type)
+        if spec is None:
+            return False
+        head = self.serving.head
+        cpu_free = spec.vcpu - SYSTEM_NODE_RESERVED_CPU
+        memory_free = (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
+        return (
+            2 * quantity_value(head.cpu_request) <= cpu_free
+            and 2 * quantity_value(head.memory_request) <= memory_free
+        )
 
     @property
     def zero_downtime_upgrades(self) -> bool:
@@ -104,9 +129,11 @@ class Settings(StrictModel):
             )
         if self.serving.upgrade_strategy == "newCluster" and not self.spare_cluster_capacity:
             raise ValueError(
-                f"serving.upgradeStrategy newCluster starts a second Ray cluster during upgrades and "
-                f"needs {2 * self.model.workers} GPU workers, but gpuNodes.desiredSize "
-                f"{self.gpu_nodes.desired_size} hosts {capacity}; use recreate or auto, or add nodes"
+                f"serving.upgradeStrategy newCluster starts a second Ray cluster (head and "
+                f"{self.model.workers} GPU workers) during upgrades: it needs gpuNodes.desiredSize to "
+                f"host {2 * self.model.workers} workers (it hosts {capacity}) and room for a second head "
+                f"(systemNodes.desiredSize 2, or a larger systemNodes.instanceType); use recreate or "
+                "auto, or add nodes"
             )
         return self
 

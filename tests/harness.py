@@ -29,6 +29,8 @@ PROJECT = "ray-llm-eks"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
+CALLER_ARN = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
+"""Who runs `pulumi up` in the mocked world (STS GetCallerIdentity)."""
 
 # Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
 DEFAULT_OFFERINGS = {
@@ -149,6 +151,13 @@ class StackMocks(pulumi_mocks.Mocks):
         if args.token == "aws:iam/getPolicyDocument:getPolicyDocument":
             document = json.dumps({"Statement": args.args.get("statements")})
             return {"id": "policy", "json": document}, []
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {
+                "id": "123456789012",
+                "accountId": "123456789012",
+                "arn": CALLER_ARN,
+                "userId": "AROA:x",
+            }, []
         raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
 
 

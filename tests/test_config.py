@@ -11,7 +11,7 @@ import pytest
 
 from config import ConfigError, Settings, load_settings
 from config.base import quantity_value
-from config.placement import choose_placement
+from config.placement import check_admins, choose_placement, deployer_role_arn
 from tests.harness import stack_file_config
 
 P = "ray-llm-eks"
@@ -133,6 +133,11 @@ def test_engine_config_strings_are_parsed_like_yaml_values():
             "['max_model_len'] are set by their own model keys",
         ),
         ("serving", {"upgradeStrategy": "newCluster"}, "serving.upgradeStrategy newCluster"),
+        (
+            "cluster",
+            {"logRetentionDays": 10},
+            "ray-llm-eks:cluster.logRetentionDays: Input should be 1, 3, 5",
+        ),
         ("serving", {"upgradeStrategy": "rolling"}, "Input should be 'auto', 'recreate' or 'newCluster'"),
     ],
 )
@@ -192,6 +197,47 @@ def test_quantities_have_their_kubernetes_meaning():
     assert quantity_value("500m") == 0.5
     assert quantity_value("1.5G") == 1.5e9
     assert quantity_value("3") == 3
+
+
+def test_new_cluster_upgrades_need_room_for_a_second_head():
+    config = {
+        **stack_file_config("dev"),
+        f"{P}:gpuNodes": {"desiredSize": 4, "maxSize": 4},
+        f"{P}:serving": {"upgradeStrategy": "newCluster"},
+    }
+    with pytest.raises(ConfigError, match="room for a second head"):
+        load_settings(config)
+    config[f"{P}:systemNodes"] = {"desiredSize": 2}
+    assert load_settings(config).zero_downtime_upgrades
+
+
+class TestAdmins:
+    """EKS makes the deployer admin itself; listing it again would fail at `up`."""
+
+    CALLER = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
+
+    def test_deployer_role_is_derived_from_the_session(self):
+        assert deployer_role_arn(self.CALLER) == "arn:aws:iam::123456789012:role/deployer"
+        user = "arn:aws:iam::123456789012:user/alice"
+        assert deployer_role_arn(user) == user
+
+    @pytest.mark.parametrize(
+        "arn", ["arn:aws:iam::123456789012:role/deployer", "arn:aws:iam::123456789012:role/team/deployer"]
+    )
+    def test_deployer_listed_as_admin_is_refused(self, arn):
+        s = settings_with("cluster", adminPrincipalArns=[arn])
+        with pytest.raises(
+            ConfigError, match=r"cluster\.adminPrincipalArns: .* is the identity running Pulumi"
+        ):
+            check_admins(s, self.CALLER)
+
+    def test_other_admins_pass(self):
+        s = settings_with("cluster", adminPrincipalArns=["arn:aws:iam::123456789012:role/platform"])
+        check_admins(s, self.CALLER)
+        check_admins(
+            settings_with("cluster", adminPrincipalArns=["arn:aws:iam::999999999999:role/deployer"]),
+            self.CALLER,
+        )
 
 
 class TestPlacement:

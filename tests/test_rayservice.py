@@ -302,11 +302,30 @@ class TestUpgradePath:
         assert "spec" not in reg.replace_on_changes
 
     def test_spare_capacity_uses_zero_downtime_upgrades(self):
-        run = run_stack(overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}})
+        run = run_stack(
+            overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}, "systemNodes": {"desiredSize": 2}}
+        )
         reg = run.one(RAYSERVICE)
         assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
         assert reg.replace_on_changes == []
         assert reg.delete_before_replace is False
+
+    def test_spare_gpus_without_room_for_a_second_head_still_recreate(self):
+        """A second Ray cluster also needs a second head (2 CPU requested): one m7i.xlarge cannot
+        host two, so the upgrade would wait forever for the head instead of the GPUs."""
+        run = run_stack(overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}})
+        reg = run.one(RAYSERVICE)
+        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
+        assert reg.delete_before_replace is True
+
+    def test_a_larger_system_node_hosts_both_heads(self):
+        run = run_stack(
+            overrides={
+                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+                "systemNodes": {"instanceType": "m7i.2xlarge"},
+            }
+        )
+        assert run.one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
 
     def test_recreate_can_be_forced(self):
         run = run_stack(

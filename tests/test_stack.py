@@ -85,6 +85,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert system["labels"] == {"role": "system"}
         assert system["operatingSystem"] == "AL2023"
         assert system["subnetIds"] == ["network-private-sa-east-1a-id", "network-private-sa-east-1b-id"]
+        assert system["diskSize"] == 100  # the Ray head pulls the ~15 GiB image here too
 
     def test_gpu_node_group_is_efa_in_one_offering_zone(self, dev_stack: StackRun):
         gpu = dev_stack.one(NODE_GROUP, "gpu-nodes").inputs
@@ -218,7 +219,12 @@ class TestSecureDefaults:
         )
 
     def test_control_plane_logging(self, dev_stack: StackRun):
-        assert dev_stack.one(CLUSTER).inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+        cluster = dev_stack.one(CLUSTER)
+        assert cluster.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+        logs = dev_stack.one("aws:cloudwatch/logGroup:LogGroup")
+        assert logs.inputs["name"] == "/aws/eks/ray-llm-multinode/cluster"  # the group EKS writes to
+        assert logs.inputs["retentionInDays"] == 30
+        assert depends_on(dev_stack, cluster, logs)  # exists before EKS would create its own
 
     def test_public_endpoint_is_restricted_by_configured_cidrs(self):
         run = run_stack(overrides={"cluster": {"publicAccessCidrs": ["198.51.100.0/24"]}})
@@ -261,6 +267,13 @@ class TestSecureDefaults:
         # the GPU workers are privileged (NIXL + EFA); audit flags anything above baseline
         assert labels["inference"]["pod-security.kubernetes.io/enforce"] == "privileged"
         assert labels["inference"]["pod-security.kubernetes.io/audit"] == "baseline"
+
+    def test_deployer_listed_as_admin_fails_before_any_resource(self):
+        with pytest.raises(ConfigError, match="is the identity running Pulumi"):
+            run_stack(
+                overrides={"cluster": {"adminPrincipalArns": ["arn:aws:iam::123456789012:role/deployer"]}}
+            )
+        assert harness.LAST_RUN is not None and harness.LAST_RUN.registrations == []
 
     def test_admin_principals_get_access_entries(self):
         arn = "arn:aws:iam::123456789012:role/platform"
