@@ -27,7 +27,6 @@ from components.network import Network, NetworkArgs
 from components.rayservice import RayService, RayServiceArgs
 from components.rayservice_spec import placement_for, serve_service_name
 from config import load_settings
-from config.capacity import fit_report
 from config.placement import check_admins, choose_placement
 
 
@@ -50,11 +49,7 @@ def main() -> None:
     placement = choose_placement(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region))
     if settings.cluster.admin_principal_arns:
         check_admins(settings, aws.get_caller_identity().arn)
-    pulumi.log.info(
-        fit_report(
-            settings.model, settings.gpu_nodes.spec, settings.serving.worker, settings.gpu_pods_per_node
-        ).summary()
-    )
+    pulumi.log.info(settings.fit.summary())
 
     network = Network(
         "network", NetworkArgs(settings.network, placement.cluster_zones, settings.cluster.name)

@@ -23,7 +23,7 @@ stored width or `checkpointGib`. A pass means "can start", not "has a large batc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from config.base import quantity_value
@@ -180,6 +180,4 @@ def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per
 
 
 def _with(report: FitReport, problems: list[str]) -> FitReport:
-    from dataclasses import replace
-
     return replace(report, problems=tuple(problems))

@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, model_validator
 
 from config import versions
 from config.base import StrictModel, quantity_value
-from config.capacity import GIB, fit_report, pods_per_node
+from config.capacity import GIB, FitReport, fit_report, pods_per_node
 from config.catalog import lookup
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.network import NetworkConfig
@@ -63,6 +63,11 @@ class Settings(StrictModel):
     @property
     def gpu_pods_per_node(self) -> int:
         return pods_per_node(self.gpu_nodes.spec, self.model.tensor_parallel_size)
+
+    @property
+    def fit(self) -> FitReport:
+        """Whether the model can start on the GPU workers (config/capacity.py), with the numbers."""
+        return fit_report(self.model, self.gpu_nodes.spec, self.serving.worker, self.gpu_pods_per_node)
 
     @property
     def spare_cluster_capacity(self) -> bool:
@@ -139,7 +144,7 @@ class Settings(StrictModel):
 
     @model_validator(mode="after")
     def _model_fits(self) -> Settings:
-        report = fit_report(self.model, self.gpu_nodes.spec, self.serving.worker, self.gpu_pods_per_node)
+        report = self.fit
         if not report.fits:
             raise ValueError(report.summary())
         return self
