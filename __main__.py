@@ -7,8 +7,8 @@
                                                    └──────────────────────────────────────► RayService ◄───┘
                                                          (prefill and decode workers, NIXL over EFA)
 
-Everything that can be wrong with the configuration fails in `load_settings` and `choose_placement`,
-before the first resource is registered.
+Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
+`planning` (what the hardware and AWS can carry), before the first resource is registered.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ import pulumi
 import pulumi_aws as aws
 from pulumi.runtime import config as runtime_config
 
-from components.cluster import Cluster, ClusterArgs
-from components.device_plugins import DevicePlugins, DevicePluginsArgs
-from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from components.network import Network, NetworkArgs
-from components.rayservice import RayService, RayServiceArgs
-from components.rayservice_spec import placement_for, serve_service_name
+from components.cluster import Cluster
+from components.device_plugins import DevicePlugins
+from components.gpu_node_group import GpuNodeGroup
+from components.kuberay import KubeRayOperator
+from components.network import Network
+from components.rayservice import RayService
 from config import load_settings
-from config.placement import check_admins, choose_placement
+from manifests.rayservice import build_serving
+from planning import plan_stack
+from planning.access import check_admins
+from planning.zones import plan_zones
 
 
 def stack_config() -> dict[str, Any]:
@@ -46,64 +48,62 @@ def zones_offering(instance_type: str, region: str) -> list[str]:
 
 def main() -> None:
     settings = load_settings(stack_config())
-    placement = choose_placement(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region))
+    plan = plan_stack(settings)
+    zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region))
     if settings.cluster.admin_principal_arns:
         check_admins(settings, aws.get_caller_identity().arn)
-    pulumi.log.info(settings.fit.summary())
+    pulumi.log.info(plan.fit.summary())
 
     network = Network(
-        "network", NetworkArgs(settings.network, placement.cluster_zones, settings.cluster.name)
+        "network", config=settings.network, zones=zones.cluster_zones, cluster_name=settings.cluster.name
     )
     cluster = Cluster(
         "cluster",
-        ClusterArgs(
-            settings.cluster,
-            settings.system_nodes,
-            settings.region,
-            network.vpc_id,
-            network.private_subnet_ids,
-        ),
+        config=settings.cluster,
+        system_nodes=settings.system_nodes,
+        region=settings.region,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=network.private_subnet_ids,
     )
     gpu_nodes = GpuNodeGroup(
         "gpu",
-        GpuNodeGroupArgs(
-            settings.gpu_nodes,
-            cluster.eks_cluster,
-            cluster.node_role,
-            placement.gpu_zone,
-            network.private_subnet_by_zone[placement.gpu_zone],
-            cluster.node_role_policies,
-        ),
+        config=settings.gpu_nodes,
+        cluster=cluster,
+        zone=zones.gpu_zone,
+        subnet_id=network.private_subnet_by_zone[zones.gpu_zone],
     )
     device_plugins = DevicePlugins(
         "device-plugins",
-        DevicePluginsArgs(cluster.provider, settings.gpu_nodes.instance_type, [gpu_nodes.node_group]),
+        provider=cluster.provider,
+        instance_type=settings.gpu_nodes.instance_type,
+        gpu_nodes=[gpu_nodes.node_group],
     )
     kuberay = KubeRayOperator(
-        "kuberay", KubeRayOperatorArgs(settings.kuberay, cluster.provider, [cluster.system_node_group])
+        "kuberay",
+        config=settings.kuberay,
+        provider=cluster.provider,
+        system_nodes=[cluster.system_node_group],
     )
-    hf_token = pulumi.Config().get_secret("huggingFaceToken")
+    serving = build_serving(settings, plan)
     ray_service = RayService(
         "ray-llm",
-        RayServiceArgs(
-            settings,
-            placement_for(settings),
-            cluster.provider,
-            wait_for=[kuberay.release, gpu_nodes.node_group, *device_plugins.releases],
-            hf_token=hf_token,
-        ),
+        manifests=serving,
+        upgrade=plan.upgrade,
+        provider=cluster.provider,
+        depends_on=[kuberay.release, gpu_nodes.node_group, *device_plugins.releases],
     )
 
-    service = serve_service_name(settings.serving.name)
-    port_forward = f"kubectl port-forward -n {settings.serving.namespace} svc/{service} 8000:8000"
+    namespace = settings.serving.namespace
     pulumi.export("kubeconfig", cluster.kubeconfig)
     pulumi.export("clusterName", cluster.cluster_name)
-    pulumi.export("clusterZones", list(placement.cluster_zones))
+    pulumi.export("clusterZones", list(zones.cluster_zones))
     pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)
     pulumi.export("vpcId", network.vpc_id)
     pulumi.export("namespace", ray_service.namespace)
     pulumi.export("serviceName", ray_service.service_name)
-    pulumi.export("portForwardCommand", port_forward)
+    pulumi.export(
+        "portForwardCommand", f"kubectl port-forward -n {namespace} svc/{serving.service_name} 8000:8000"
+    )
     pulumi.export("openaiBaseUrl", "http://127.0.0.1:8000/v1")
     pulumi.export("modelId", settings.model.id)
 

@@ -14,14 +14,14 @@ object of the stack goes through.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from config.cluster import SYSTEM_NODE_LABELS, ClusterConfig, SystemNodesConfig
+from config.cluster import ClusterConfig, SystemNodesConfig
+from planning.access import partition_of
+from planning.nodes import SYSTEM_NODE_LABELS
 
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",  # kubelet: describe the cluster and EC2
@@ -29,23 +29,6 @@ NODE_POLICIES = (
     "AmazonEC2ContainerRegistryReadOnly",  # pull the Ray LLM DLC and add-on images from ECR
 )
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-
-
-def partition_of(region: str) -> str:
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
-
-
-@dataclass(frozen=True)
-class ClusterArgs:
-    config: ClusterConfig
-    system_nodes: SystemNodesConfig
-    region: str
-    vpc_id: pulumi.Input[str]
-    private_subnet_ids: pulumi.Input[list[str]]
 
 
 class Cluster(pulumi.ComponentResource):
@@ -66,11 +49,20 @@ class Cluster(pulumi.ComponentResource):
     oidc_provider_arn: pulumi.Output[str]
     """IAM OIDC provider of the cluster, for IAM roles for service accounts."""
 
-    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        config: ClusterConfig,
+        system_nodes: SystemNodesConfig,
+        region: str,
+        vpc_id: pulumi.Input[str],
+        private_subnet_ids: pulumi.Input[list[str]],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        config = args.config
-        partition = partition_of(args.region)
+        partition = partition_of(region)
 
         key_arn: pulumi.Input[str]
         if config.secrets_kms_key_arn:
@@ -131,10 +123,10 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-eks",
             name=config.name,
             version=config.kubernetes_version,
-            vpc_id=args.vpc_id,
+            vpc_id=vpc_id,
             # Control-plane ENIs and every node go to private subnets; load balancers find the
             # public subnets by their kubernetes.io/role/elb tag.
-            private_subnet_ids=args.private_subnet_ids,
+            private_subnet_ids=private_subnet_ids,
             skip_default_node_group=True,
             create_oidc_provider=True,
             authentication_mode=eks.AuthenticationMode.API,
@@ -166,12 +158,12 @@ class Cluster(pulumi.ComponentResource):
         )
         self.cluster_name = pulumi.Output.from_input(config.name)
 
-        system = args.system_nodes
+        system = system_nodes
         self.system_node_group = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks_cluster,
             node_role=self.node_role,
-            subnet_ids=args.private_subnet_ids,
+            subnet_ids=private_subnet_ids,
             instance_types=[system.instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_size, desired_size=system.desired_size, max_size=system.max_size

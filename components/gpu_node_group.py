@@ -11,26 +11,13 @@ The zone is pinned because EFA traffic does not cross availability zones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from config.cluster import GPU_NODE_LABELS, GPU_TAINT_KEY, GpuNodesConfig
-
-
-@dataclass(frozen=True)
-class GpuNodeGroupArgs:
-    config: GpuNodesConfig
-    cluster: eks.Cluster
-    node_role: aws.iam.Role
-    zone: str
-    """The one availability zone of the group (offers the instance type; see config/placement.py)."""
-    subnet_id: pulumi.Input[str]
-    """The private subnet in that zone."""
-    node_role_policies: list[aws.iam.RolePolicyAttachment]
-    """The node role's attachments: nodes cannot join before they exist."""
+from components.cluster import Cluster
+from config.cluster import GpuNodesConfig
+from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -39,15 +26,25 @@ class GpuNodeGroup(pulumi.ComponentResource):
     availability_zone: str
     """The one zone the GPU nodes run in."""
 
-    def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        config: GpuNodesConfig,
+        cluster: Cluster,
+        zone: str,
+        subnet_id: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`zone`: the one availability zone of the group (it offers the instance type, see
+        planning/zones.py); `subnet_id`: the private subnet in that zone."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
-        config = args.config
-        self.availability_zone = args.zone
+        self.availability_zone = zone
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-nodes",
-            cluster=args.cluster,
-            node_role=args.node_role,
-            subnet_ids=[args.subnet_id],
+            cluster=cluster.eks_cluster,
+            node_role=cluster.node_role,
+            subnet_ids=[subnet_id],
             instance_types=[config.instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=config.min_size, desired_size=config.desired_size, max_size=config.max_size
@@ -60,8 +57,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             operating_system=eks.OperatingSystem.AL2023,
             gpu=True,  # with AL2023: the AL2023_x86_64_NVIDIA AMI (driver and container toolkit)
             enable_efa_support=True,
-            placement_group_availability_zone=args.zone,
+            placement_group_availability_zone=zone,
             enable_imd_sv2=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.node_role_policies),
+            # Nodes cannot join before the node role has its policies.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.node_role_policies),
         )
-        self.register_outputs({"availabilityZone": args.zone})
+        self.register_outputs({"availabilityZone": zone})

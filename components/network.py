@@ -1,50 +1,15 @@
 """The VPC: public subnets that hold only the NAT gateway(s), private subnets for every node, and the
-routes between them. Subnets carry the tags EKS and the AWS Load Balancer Controller look for.
-
-Subnet layout (see `plan_subnets`): the VPC is cut into four quarters; each cluster zone gets one whole
-quarter as its private subnet (pods take VPC addresses there, so they must be large), and the public
-subnets are small slices of the last quarter.
+routes between them, laid out by planning/zones.py. Subnets carry the tags EKS and the AWS Load
+Balancer Controller look for.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from ipaddress import IPv4Network
 
 import pulumi
 import pulumi_aws as aws
 
 from config.network import NetworkConfig
-
-
-@dataclass(frozen=True)
-class SubnetPlan:
-    zone: str
-    private_cidr: str
-    public_cidr: str
-
-
-def plan_subnets(vpc_cidr: IPv4Network, zones: tuple[str, ...]) -> list[SubnetPlan]:
-    """Private: the first quarters of the VPC, one per zone. Public: /28-or-larger slices of the
-    last quarter (a NAT gateway needs a handful of addresses, not thousands)."""
-    if len(zones) > 3:
-        raise ValueError(f"at most three zones fit the subnet layout, got {list(zones)}")
-    quarters = list(vpc_cidr.subnets(prefixlen_diff=2))
-    public_prefix = min(vpc_cidr.prefixlen + 8, 28)
-    public = list(quarters[3].subnets(new_prefix=public_prefix))
-    return [
-        SubnetPlan(zone=zone, private_cidr=str(quarters[i]), public_cidr=str(public[i]))
-        for i, zone in enumerate(zones)
-    ]
-
-
-@dataclass(frozen=True)
-class NetworkArgs:
-    config: NetworkConfig
-    zones: tuple[str, ...]
-    """Zones of the subnets, in order (the GPU zone among them)."""
-    cluster_name: str
-    """For the `kubernetes.io/cluster/<name>` subnet tags."""
+from planning.zones import plan_subnets
 
 
 class Network(pulumi.ComponentResource):
@@ -57,14 +22,24 @@ class Network(pulumi.ComponentResource):
     private_subnet_by_zone: dict[str, pulumi.Output[str]]
     """Private subnet id of each zone, for the single-zone GPU node group."""
 
-    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        config: NetworkConfig,
+        zones: tuple[str, ...],
+        cluster_name: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`zones`: zones of the subnets, in order (the GPU zone among them); `cluster_name`: for the
+        `kubernetes.io/cluster/<name>` subnet tags."""
         super().__init__("ray-llm-eks:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+        cluster_tag = {f"kubernetes.io/cluster/{cluster_name}": "shared"}
 
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
-            cidr_block=str(args.config.vpc_cidr),
+            cidr_block=str(config.vpc_cidr),
             enable_dns_hostnames=True,  # EKS nodes register by their private DNS names
             enable_dns_support=True,
             tags={"Name": f"{name}-vpc", **cluster_tag},
@@ -85,7 +60,7 @@ class Network(pulumi.ComponentResource):
         private_ids: list[pulumi.Output[str]] = []
         self.private_subnet_by_zone = {}
         nat_ids: list[pulumi.Output[str]] = []
-        for plan in plan_subnets(args.config.vpc_cidr, args.zones):
+        for plan in plan_subnets(config.vpc_cidr, zones):
             public = aws.ec2.Subnet(
                 f"{name}-public-{plan.zone}",
                 vpc_id=vpc.id,
@@ -114,7 +89,7 @@ class Network(pulumi.ComponentResource):
                 },
                 opts=child,
             )
-            if args.config.nat_gateways == "perAz" or not nat_ids:
+            if config.nat_gateways == "perAz" or not nat_ids:
                 nat_ids.append(self._nat_gateway(name, plan.zone, public, gateway, child))
             private_routes = aws.ec2.RouteTable(
                 f"{name}-private-{plan.zone}",

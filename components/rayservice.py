@@ -1,47 +1,19 @@
 """The serving layer: the `inference` namespace, the optional Hugging Face token Secret, and the
 KubeRay RayService that runs `build_pd_openai_app` on the GPU workers.
 
-It needs only a Kubernetes provider, node placement facts and what to wait for, so it can target an
-existing cluster as well as the one this stack builds.
-
-Upgrades. A change to `rayClusterConfig` makes KubeRay start a second Ray cluster by default and
-switch over once it serves; with exactly as many GPU nodes as workers that cluster never schedules
-and the upgrade waits forever. So unless the GPU nodes can host two clusters, the RayService is
-created with `upgradeStrategy: None` (KubeRay never starts a second cluster) and Pulumi replaces it
-on any `rayClusterConfig` change, deleting the old one first. A change to serveConfigV2 alone stays
-an in-place update, which KubeRay applies to the running cluster.
+It applies what manifests/rayservice.py built and how planning/upgrades.py decided a Ray cluster
+change rolls out, so it can target an existing cluster as well as the one this stack builds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.rayservice_spec import (
-    HF_TOKEN_KEY,
-    HF_TOKEN_SECRET,
-    NodePlacement,
-    build_rayservice,
-    serve_service_name,
-    serving_namespace_labels,
-)
-from config.settings import Settings
-
-CLUSTER_CONFIG_PATH = "spec.rayClusterConfig"
-
-
-@dataclass(frozen=True)
-class RayServiceArgs:
-    settings: Settings
-    placement: NodePlacement
-    provider: k8s.Provider
-    wait_for: Sequence[pulumi.Resource]
-    """What must exist first: the KubeRay release (it brings the CRD), the GPU node group and the
-    device plugins (so the workers can be scheduled at all)."""
-    hf_token: pulumi.Input[str] | None = None
+from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, ServingManifests
+from planning.upgrades import UpgradePlan
 
 
 class RayService(pulumi.ComponentResource):
@@ -52,55 +24,52 @@ class RayService(pulumi.ComponentResource):
     resource: k8s.apiextensions.CustomResource
     """The RayService custom resource."""
 
-    def __init__(self, name: str, args: RayServiceArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        manifests: ServingManifests,
+        upgrade: UpgradePlan,
+        provider: k8s.Provider,
+        depends_on: Sequence[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`depends_on`: the KubeRay release (it brings the CRD), the GPU node group and the device
+        plugins (so the workers can be scheduled at all)."""
         super().__init__("ray-llm-eks:rayservice:RayService", name, None, opts)
-        settings = args.settings
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        if (args.hf_token is None) != (settings.hugging_face_token is None):
-            raise ValueError("hf_token must be passed exactly when settings.hugging_face_token is set")
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=manifests.namespace["metadata"], opts=child)
 
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=settings.serving.namespace,
-                labels=serving_namespace_labels(),
-            ),
-            opts=child,
-        )
-
-        manifest = build_rayservice(settings, args.placement)
-        depends_on: list[pulumi.Resource] = list(args.wait_for)
-        if args.hf_token is not None:
-            depends_on.append(
+        wait_for = list(depends_on)
+        if manifests.hf_token is not None:
+            wait_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-hf-token",
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         name=HF_TOKEN_SECRET, namespace=namespace.metadata.name
                     ),
                     type="Opaque",
-                    string_data={HF_TOKEN_KEY: pulumi.Output.secret(args.hf_token)},
+                    string_data={HF_TOKEN_KEY: pulumi.Output.secret(manifests.hf_token.get_secret_value())},
                     opts=child,
                 )
             )
 
-        rendered = manifest.to_dict()
-        metadata = dict(rendered["metadata"], namespace=namespace.metadata.name)
-        recreate = not settings.zero_downtime_upgrades
+        rendered = manifests.rayservice.to_dict()
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version=rendered["apiVersion"],
             kind=rendered["kind"],
-            metadata=metadata,
+            metadata=dict(rendered["metadata"], namespace=namespace.metadata.name),
             spec=rendered["spec"],
             opts=pulumi.ResourceOptions.merge(
                 child,
                 pulumi.ResourceOptions(
-                    depends_on=depends_on,
-                    replace_on_changes=[CLUSTER_CONFIG_PATH] if recreate else None,
-                    delete_before_replace=recreate,
+                    depends_on=wait_for,
+                    replace_on_changes=upgrade.replace_on_changes or None,
+                    delete_before_replace=bool(upgrade.replace_on_changes),
                 ),
             ),
         )
         self.namespace = namespace.metadata.name
-        self.service_name = pulumi.Output.from_input(serve_service_name(settings.serving.name))
+        self.service_name = pulumi.Output.from_input(manifests.service_name)
         self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})

@@ -5,11 +5,10 @@ from __future__ import annotations
 from ipaddress import IPv4Network
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from config import versions
 from config.base import StrictModel
-from config.catalog import CATALOG, known_types, lookup
 from config.network import AvailabilityZone
 
 IamPrincipalArn = Annotated[
@@ -19,6 +18,8 @@ LogType = Literal["api", "audit", "authenticator", "controllerManager", "schedul
 
 
 class ClusterConfig(StrictModel):
+    """The EKS control plane: version, API endpoint access, admins, logs, secrets encryption."""
+
     name: str = Field(
         "ray-llm-multinode",
         pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$",
@@ -73,6 +74,9 @@ class ClusterConfig(StrictModel):
 
 
 class SystemNodesConfig(StrictModel):
+    """The managed CPU node group labelled `role=system`: system pods, the KubeRay operator and
+    the Ray head."""
+
     instance_type: str = Field(
         "m7i.xlarge",
         pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
@@ -97,10 +101,13 @@ class SystemNodesConfig(StrictModel):
 
 
 class GpuNodesConfig(StrictModel):
+    """The managed EFA GPU node group labelled `role=gpu-worker`, in one availability zone (EFA
+    does not cross zones)."""
+
     instance_type: str = Field(
         "g6.8xlarge",
         description="EFA-capable GPU instance type of the worker node group (one of the catalogued "
-        "types in config/catalog.py, which the pod sizing and the fit check read).",
+        "types in planning/catalog.py, which the pod sizing and the fit check read).",
     )
     min_size: int = Field(2, ge=1, description="Minimum number of GPU nodes.")
     desired_size: int = Field(2, ge=1, description="Number of GPU nodes at creation.")
@@ -119,29 +126,10 @@ class GpuNodesConfig(StrictModel):
         "(Ray workers, device plugins) land there.",
     )
 
-    @field_validator("instance_type")
-    @classmethod
-    def _efa_gpu_type(cls, value: str) -> str:
-        allowed = ", ".join(known_types(gpu=True, efa=True))
-        spec = lookup(value)
-        if spec is None:
-            raise ValueError(f"{value!r} is not in the instance catalog; allowed: {allowed}")
-        if not spec.has_gpu:
-            raise ValueError(f"{value!r} has no GPU; allowed: {allowed}")
-        if not spec.has_efa:
-            raise ValueError(
-                f"{value!r} has no EFA, so NIXL could not move the KV cache over EFA; allowed: {allowed}"
-            )
-        return value
-
     @model_validator(mode="after")
     def _ordered_sizes(self) -> GpuNodesConfig:
         _check_sizes(self.min_size, self.desired_size, self.max_size)
         return self
-
-    @property
-    def spec(self):
-        return CATALOG[self.instance_type]
 
 
 def _check_sizes(minimum: int, desired: int, maximum: int) -> None:
@@ -149,17 +137,3 @@ def _check_sizes(minimum: int, desired: int, maximum: int) -> None:
         raise ValueError(
             f"sizes must satisfy minSize <= desiredSize <= maxSize (got {minimum} / {desired} / {maximum})"
         )
-
-
-SYSTEM_NODE_LABELS = {"role": "system"}
-"""Labels of the CPU system nodes; the KubeRay operator and the Ray head select them."""
-
-GPU_NODE_LABELS = {
-    "role": "gpu-worker",
-    # The NVIDIA device plugin chart's default node affinity requires this label (or NFD's PCI labels).
-    "nvidia.com/gpu.present": "true",
-}
-"""Labels of the GPU nodes; the Ray workers and the device plugins select `role`."""
-
-GPU_TAINT_KEY = "nvidia.com/gpu"
-"""Taint `nvidia.com/gpu=true:NoSchedule` keeps pods that do not tolerate it off the GPU nodes."""

@@ -13,6 +13,8 @@ AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)
 
 
 class NetworkConfig(StrictModel):
+    """The VPC the cluster lives in: private subnets for every node, egress through NAT."""
+
     vpc_cidr: IPv4Network = Field(
         IPv4Network("10.0.0.0/16"),
         description="IPv4 range of the VPC, a private range from /16 to /20. Private subnets take the "

@@ -12,6 +12,8 @@ from config.base import DnsLabel, Quantity, SemVer, StrictModel, quantity_value
 
 
 class KubeRayConfig(StrictModel):
+    """The KubeRay operator (Helm chart `kuberay-operator`), on the system nodes."""
+
     chart_version: SemVer = Field(
         versions.KUBERAY_CHART_VERSION, description="`kuberay-operator` Helm chart version."
     )
@@ -38,7 +40,7 @@ class HeadConfig(StrictModel):
 
 class WorkerConfig(StrictModel):
     """GPU worker pods. CPU and memory default to what the GPU instance leaves after the node's own
-    daemons (see config/capacity.py); set them only to override that."""
+    daemons (see planning/capacity.py); set them only to override that."""
 
     cpu: Quantity | None = Field(None, description="CPU request and limit per worker (override).")
     memory: Quantity | None = Field(None, description="Memory request and limit per worker (override).")
@@ -48,6 +50,9 @@ class WorkerConfig(StrictModel):
 
 
 class ServingConfig(StrictModel):
+    """The RayService: names, image, upgrade path, readiness timeout, and the sizes of the Ray
+    head (`head`) and of each GPU worker (`worker`)."""
+
     namespace: DnsLabel = Field("inference", description="Namespace of the RayService.")
     name: str = Field(
         "ray-llm",
@@ -101,6 +106,11 @@ _RESERVED_ENGINE_KWARGS = {
 
 
 class ModelConfig(StrictModel):
+    """The model Ray Serve LLM serves on both sides, prefill and decode, and what the fit check
+    needs to know about it. Each prefill or decode replica is one GPU worker pod with
+    `tensorParallelSize` GPUs; `gpuNodes.desiredSize` must host them all, at
+    min(GPUs / tensorParallelSize, EFA interfaces) pods per node."""
+
     id: str = Field(
         "qwen3.5-9b",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
@@ -165,8 +175,3 @@ class ModelConfig(StrictModel):
                 "enforceEager, tensorParallelSize, nixlBackends, id/source); remove them here"
             )
         return value
-
-    @property
-    def workers(self) -> int:
-        """GPU worker pods: one per prefill or decode replica."""
-        return self.prefill_replicas + self.decode_replicas

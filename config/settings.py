@@ -1,8 +1,10 @@
-"""The whole stack configuration: one model per section, the rules that span sections, and the loader
-that turns Pulumi config (at run time) or a `Pulumi.<stack>.yaml` file (offline) into `Settings`.
+"""The whole stack configuration: one model per section, and the loader that turns Pulumi config (at
+run time) or a `Pulumi.<stack>.yaml` file (offline) into `Settings`.
 
-Everything here runs before the first resource is registered, so a bad value costs seconds, and
-every message names the key as the stack file spells it (`ray-llm-eks:gpuNodes.instanceType`).
+`Settings` is the stack file as typed data and nothing more; what follows from it and from the
+hardware (pods per node, the fit check, the upgrade path) is decided in `planning`. Both run before
+the first resource is registered, so a bad value costs seconds, and every message names the key as
+the stack file spells it (`ray-llm-eks:gpuNodes.instanceType`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 
-from config import versions
-from config.base import StrictModel, quantity_value
-from config.capacity import GIB, FitReport, fit_report, pods_per_node
-from config.catalog import lookup
+from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.network import NetworkConfig
 from config.serving import KubeRayConfig, ModelConfig, ServingConfig
@@ -25,11 +24,6 @@ PROJECT = "ray-llm-eks"
 """The project name in Pulumi.yaml, and so the namespace of every config key of ours."""
 
 REGION_KEY = "aws:region"
-SYSTEM_NODE_RESERVED_CPU = 1.0
-"""vCPU a system node keeps for the kubelet's reservation and its system pods (coredns 2 x 0.1,
-KubeRay 0.1, kube-proxy 0.1, aws-node 0.025, ...)."""
-SYSTEM_NODE_RESERVED_GIB = 3
-"""Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
 SECRET_KEYS = ("huggingFaceToken",)
 
 
@@ -56,48 +50,6 @@ class Settings(StrictModel):
         "huggingFaceToken hf_...`. It reaches the pods only through a Kubernetes Secret.",
     )
 
-    @property
-    def image(self) -> str:
-        return self.serving.image or versions.regional_image(self.region)
-
-    @property
-    def gpu_pods_per_node(self) -> int:
-        return pods_per_node(self.gpu_nodes.spec, self.model.tensor_parallel_size)
-
-    @property
-    def fit(self) -> FitReport:
-        """Whether the model can start on the GPU workers (config/capacity.py), with the numbers."""
-        return fit_report(self.model, self.gpu_nodes.spec, self.serving.worker, self.gpu_pods_per_node)
-
-    @property
-    def spare_cluster_capacity(self) -> bool:
-        """Whether the nodes could host a second Ray cluster during an upgrade: twice the GPU workers
-        on the GPU nodes, and a second head on the system nodes."""
-        gpu = self.gpu_nodes.desired_size * self.gpu_pods_per_node >= 2 * self.model.workers
-        return gpu and self.system_nodes_host_two_heads
-
-    @property
-    def system_nodes_host_two_heads(self) -> bool:
-        """Two system nodes host a head each; one node only if its CPU and memory, less what the node
-        and its system pods (coredns, KubeRay, aws-node, kube-proxy) take, fit both heads' requests."""
-        if self.system_nodes.desired_size >= 2:
-            return True
-        spec = lookup(self.system_nodes.instance_type)
-        if spec is None:
-            return False
-        head = self.serving.head
-        cpu_free = spec.vcpu - SYSTEM_NODE_RESERVED_CPU
-        memory_free = (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
-        return (
-            2 * quantity_value(head.cpu_request) <= cpu_free
-            and 2 * quantity_value(head.memory_request) <= memory_free
-        )
-
-    @property
-    def zero_downtime_upgrades(self) -> bool:
-        strategy = self.serving.upgrade_strategy
-        return strategy == "newCluster" or (strategy == "auto" and self.spare_cluster_capacity)
-
     @model_validator(mode="after")
     def _zones_in_region(self) -> Settings:
         zones = list(self.network.availability_zones or [])
@@ -113,40 +65,6 @@ class Settings(StrictModel):
                 f"gpuNodes.availabilityZone {gpu_zone} must be one of network.availabilityZones "
                 f"{cluster_zones}"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _workers_fit_nodes(self) -> Settings:
-        spec = self.gpu_nodes.spec
-        tp = self.model.tensor_parallel_size
-        if tp > spec.gpus:
-            raise ValueError(
-                f"model.tensorParallelSize {tp} needs {tp} GPUs in one pod, but "
-                f"gpuNodes.instanceType {spec.name} has {spec.gpus}"
-            )
-        per_node = self.gpu_pods_per_node
-        capacity = self.gpu_nodes.desired_size * per_node
-        if self.model.workers > capacity:
-            raise ValueError(
-                f"model.prefillReplicas + model.decodeReplicas = {self.model.workers} GPU workers, but "
-                f"gpuNodes.desiredSize {self.gpu_nodes.desired_size} x {per_node} worker(s) per "
-                f"{spec.name} hosts only {capacity}; raise gpuNodes.desiredSize (and maxSize)"
-            )
-        if self.serving.upgrade_strategy == "newCluster" and not self.spare_cluster_capacity:
-            raise ValueError(
-                f"serving.upgradeStrategy newCluster starts a second Ray cluster (head and "
-                f"{self.model.workers} GPU workers) during upgrades: it needs gpuNodes.desiredSize to "
-                f"host {2 * self.model.workers} workers (it hosts {capacity}) and room for a second head "
-                f"(systemNodes.desiredSize 2, or a larger systemNodes.instanceType); use recreate or "
-                "auto, or add nodes"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _model_fits(self) -> Settings:
-        report = self.fit
-        if not report.fits:
-            raise ValueError(report.summary())
         return self
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from config.serving import ModelConfig, ServingConfig
 from config.settings import ConfigError, Settings
-from ops.cluster import Cluster, ConnectOptions, OpsError, ServiceEndpoint
+from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint
 from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings
 
-Connect = Callable[[ConnectOptions], Cluster]
+Connect = Callable[[ConnectOptions], KubeApi]
 
 # The project's defaults, for commands run without --stack: read from the config models, not repeated.
 DEFAULT_NAMESPACE: str = ServingConfig.model_fields["namespace"].default
@@ -130,17 +130,17 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _connect_kube(options: ConnectOptions) -> Cluster:
-    from ops.cluster import KubeCluster
+def _connect_kube(options: ConnectOptions) -> KubeApi:
+    from ops.kube import KubeClient
 
-    return KubeCluster(options)
+    return KubeClient(options)
 
 
 def _serve_service(name: str) -> str:
     """KubeRay's Service in front of the serve application, by the one rule the program also uses."""
     from pydantic import ValidationError
 
-    from components.rayservice_spec import serve_service_name
+    from manifests.rayservice import serve_service_name
 
     try:
         serving = ServingConfig.model_validate({"name": name})
@@ -176,14 +176,14 @@ def _against_cluster(
     endpoint = ServiceEndpoint(namespace, _serve_service(name))
     base_url = getattr(args, "base_url", None)
     with _kubeconfig(args, run) as kubeconfig:
-        cluster = connect(ConnectOptions(kubeconfig, endpoint, base_url))
+        api = connect(ConnectOptions(kubeconfig, endpoint, base_url))
         if args.command == "status":
-            report = collect_status(cluster, namespace, name, progress)
+            report = collect_status(api, namespace, name, progress)
             print(report.format())
             return 0 if report.rayservice is not None else 1
         model = args.model or (settings.model.id if settings else DEFAULT_MODEL)
         via = base_url or f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {namespace}"
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
-        result = verify(cluster, VerifyTarget(namespace, name, model), clock=clock, progress=progress)
+        result = verify(api, VerifyTarget(namespace, name, model), clock=clock, progress=progress)
         print(result.format())
         return 0 if result.passed else 1

@@ -1,17 +1,18 @@
 """`ops render`: the serving layer's manifests (Namespace, RayService) as multi-document YAML, offline.
 
-It calls the very functions the Pulumi component calls (`namespace_manifest`, `build_rayservice`,
-`RayServiceManifest.to_dict`), so what a reviewer reads here is what `pulumi up` applies.
+It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
+reviewer reads here is what `pulumi up` applies.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from config.settings import Settings
+from config import Settings
+from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
+from planning import plan_stack
 
 
 class _ManifestDumper(yaml.SafeDumper):
@@ -28,14 +29,11 @@ _ManifestDumper.add_representer(str, _str_representer)
 
 
 def manifests(settings: Settings) -> list[dict[str, Any]]:
-    from components.rayservice_spec import build_rayservice, namespace_manifest, placement_for
-
-    return [namespace_manifest(settings), build_rayservice(settings, placement_for(settings)).to_dict()]
+    serving = build_serving(settings, plan_stack(settings))
+    return [serving.namespace, serving.rayservice.to_dict()]
 
 
 def render_manifests(settings: Settings) -> str:
-    from components.rayservice_spec import HF_TOKEN_KEY, HF_TOKEN_SECRET
-
     text = yaml.dump_all(
         manifests(settings), Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=110
     )

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from config.settings import Settings, load_settings
-from ops.cluster import OpsError
+from ops.kube import OpsError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The directory holding Pulumi.yaml and the stack files: the default of `--root`."""

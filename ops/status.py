@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.rayservice_spec import EFA_RESOURCE, GPU_RESOURCE
-from config.cluster import GPU_NODE_LABELS
-from ops.cluster import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, Cluster
+from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi
+from planning import nodes
+from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
 
-GPU_NODE_SELECTOR = f"role={GPU_NODE_LABELS['role']}"
-"""The label the GPU node group sets and the Ray workers select (the seed's `role=gpu-worker`)."""
+GPU_NODE_SELECTOR = ",".join(f"{k}={v}" for k, v in nodes.GPU_NODE_SELECTOR.items())
+"""The GPU nodes as a label selector (the seed's `role=gpu-worker`)."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -126,13 +126,13 @@ class StatusReport:
         return "\n".join(lines)
 
 
-def collect_status(cluster: Cluster, namespace: str, name: str, progress: Progress = quiet) -> StatusReport:
+def collect_status(api: KubeApi, namespace: str, name: str, progress: Progress = quiet) -> StatusReport:
     progress(f"reading RayService {namespace}/{name}")
-    rayservice = cluster.get_rayservice(namespace, name)
+    rayservice = api.get_rayservice(namespace, name)
     progress(f"listing Ray pods in {namespace}")
-    pods = cluster.list_pods(namespace, RAY_NODE_TYPE_LABEL)
+    pods = api.list_pods(namespace, RAY_NODE_TYPE_LABEL)
     progress(f"listing GPU nodes ({GPU_NODE_SELECTOR})")
-    nodes = cluster.list_nodes(GPU_NODE_SELECTOR)
+    nodes = api.list_nodes(GPU_NODE_SELECTOR)
     return StatusReport(
         namespace=namespace,
         name=name,

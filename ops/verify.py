@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ops.cluster import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, Cluster, OpsError, excerpt
+from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, OpsError, excerpt
 from ops.status import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, Progress, parse_gpu_node, quiet
 
 Clock = Callable[[], float]
@@ -164,8 +164,8 @@ def summarize_stream(lines: Iterable[str], start: float, clock: Clock) -> Stream
     )
 
 
-def check_models(cluster: Cluster, model: str) -> CheckResult:
-    response = cluster.http_get(MODELS_PATH)
+def check_models(api: KubeApi, model: str) -> CheckResult:
+    response = api.http_get(MODELS_PATH)
     if response.status != 200:
         hint = ""
         if response.status == 503:
@@ -194,9 +194,9 @@ def chat_request(model: str) -> dict[str, Any]:
     }
 
 
-def check_chat(cluster: Cluster, model: str, clock: Clock) -> CheckResult:
+def check_chat(api: KubeApi, model: str, clock: Clock) -> CheckResult:
     start = clock()
-    stats = summarize_stream(cluster.http_post_stream(CHAT_PATH, chat_request(model)), start, clock)
+    stats = summarize_stream(api.http_post_stream(CHAT_PATH, chat_request(model)), start, clock)
     if stats.error:
         return CheckResult(CHECK_CHAT, False, f"the stream reported an error: {stats.error}")
     if not (stats.text or stats.reasoning):
@@ -222,19 +222,19 @@ def backend_counts(grep_output: str) -> Counter[str]:
     return Counter(re.findall(BACKEND_PATTERN, grep_output))
 
 
-def worker_selector(cluster: Cluster, target: VerifyTarget) -> str:
+def worker_selector(api: KubeApi, target: VerifyTarget) -> str:
     """Workers of the RayService's active Ray cluster: during an upgrade the namespace holds two."""
     selector = f"{RAY_NODE_TYPE_LABEL}=worker"
-    rayservice = cluster.get_rayservice(target.namespace, target.name)
+    rayservice = api.get_rayservice(target.namespace, target.name)
     active = ((rayservice or {}).get("status") or {}).get("activeServiceStatus") or {}
     if active.get("rayClusterName"):
         selector += f",{RAY_CLUSTER_LABEL}={active['rayClusterName']}"
     return selector
 
 
-def check_nixl_backend(cluster: Cluster, target: VerifyTarget, progress: Progress = quiet) -> CheckResult:
-    selector = worker_selector(cluster, target)
-    pods = sorted(cluster.list_pods(target.namespace, selector), key=lambda p: p["metadata"]["name"])
+def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = quiet) -> CheckResult:
+    selector = worker_selector(api, target)
+    pods = sorted(api.list_pods(target.namespace, selector), key=lambda p: p["metadata"]["name"])
     if not pods:
         return CheckResult(CHECK_NIXL, False, f"no Ray worker pod in {target.namespace} ({selector})")
     findings: list[str] = []
@@ -248,7 +248,7 @@ def check_nixl_backend(cluster: Cluster, target: VerifyTarget, progress: Progres
             continue
         progress(f"searching the Ray logs of {name} for the NIXL backend")
         try:
-            result = cluster.exec_in_pod(target.namespace, name, WORKER_CONTAINER, NIXL_BACKEND_GREP)
+            result = api.exec_in_pod(target.namespace, name, WORKER_CONTAINER, NIXL_BACKEND_GREP)
         except OpsError as error:
             findings.append(f"{name}: {error}")
             unreadable = True
@@ -288,8 +288,8 @@ def check_nixl_backend(cluster: Cluster, target: VerifyTarget, progress: Progres
     return CheckResult(CHECK_NIXL, True, "\n".join(["LIBFABRIC (EFA) in every worker, no UCX", *findings]))
 
 
-def check_gpu_nodes(cluster: Cluster) -> CheckResult:
-    nodes = [parse_gpu_node(n) for n in cluster.list_nodes(GPU_NODE_SELECTOR)]
+def check_gpu_nodes(api: KubeApi) -> CheckResult:
+    nodes = [parse_gpu_node(n) for n in api.list_nodes(GPU_NODE_SELECTOR)]
     if not nodes:
         return CheckResult(
             CHECK_NODES, False, f"no node is labelled {GPU_NODE_SELECTOR} (is the GPU node group up?)"
@@ -312,18 +312,18 @@ def check_gpu_nodes(cluster: Cluster) -> CheckResult:
 
 
 def verify(
-    cluster: Cluster, target: VerifyTarget, clock: Clock = time.monotonic, progress: Progress = quiet
+    api: KubeApi, target: VerifyTarget, clock: Clock = time.monotonic, progress: Progress = quiet
 ) -> VerifyReport:
     """Run every check, even after a failure: the report should name everything that is wrong."""
     steps: list[tuple[str, str, Callable[[], CheckResult]]] = [
-        (CHECK_MODELS, "listing models", lambda: check_models(cluster, target.model)),
+        (CHECK_MODELS, "listing models", lambda: check_models(api, target.model)),
         (
             CHECK_CHAT,
             f"streaming a chat completion from {target.model}",
-            lambda: check_chat(cluster, target.model, clock),
+            lambda: check_chat(api, target.model, clock),
         ),
-        (CHECK_NIXL, "finding the Ray worker pods", lambda: check_nixl_backend(cluster, target, progress)),
-        (CHECK_NODES, "reading GPU node capacity", lambda: check_gpu_nodes(cluster)),
+        (CHECK_NIXL, "finding the Ray worker pods", lambda: check_nixl_backend(api, target, progress)),
+        (CHECK_NODES, "reading GPU node capacity", lambda: check_gpu_nodes(api)),
     ]
     results = []
     for name, doing, run in steps:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from config import ConfigError, load_settings
-from config.capacity import KNOWN_MODELS, fit_report, pods_per_node, worker_resources
-from config.catalog import CATALOG, known_types
 from config.serving import ModelConfig, WorkerConfig
+from planning import plan_stack
+from planning.capacity import KNOWN_MODELS, fit_report, pods_per_node, worker_resources
+from planning.catalog import CATALOG, known_types
 
 P = "ray-llm-eks"
 
@@ -80,8 +81,8 @@ def test_worker_memory_must_leave_page_cache_for_the_checkpoint():
 
 def test_fit_check_runs_before_any_resource():
     config = {"aws:region": "sa-east-1", f"{P}:model": {"maxModelLen": 1_000_000}}
-    with pytest.raises(ConfigError, match="model does not fit"):
-        load_settings(config)
+    with pytest.raises(ConfigError, match="ray-llm-eks:model: model does not fit"):
+        plan_stack(load_settings(config))
 
 
 def test_worker_size_is_the_node_minus_what_the_node_keeps():
@@ -124,6 +125,5 @@ def test_catalog_entries_are_consistent():
 
 def test_known_model_numbers_follow_the_architecture():
     qwen = KNOWN_MODELS["Qwen/Qwen3.5-9B"]
-    # 8 full-attention layers x (K, V) x 4 KV heads x head_dim 256 x 2 bytes
-    assert qwen.kv_cache_bytes_per_token == 32 * 1024
+    # bf16: the parameter count and the checkpoint's size on disk must tell the same story
     assert qwen.parameters_billions * 2 * 1e9 / 2**30 == pytest.approx(qwen.checkpoint_gib, rel=0.01)

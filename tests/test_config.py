@@ -1,5 +1,5 @@
 """Config errors cost seconds, not a half-built cluster: every bad value is refused by
-`load_settings` (or `choose_placement`, once AWS has said which zones offer the GPU type), before any
+`load_settings` (or `plan_zones`, once AWS has said which zones offer the GPU type), before any
 resource is registered, and the message names the key as the stack file spells it, the bad value and
 what is allowed. Each test starts from the dev stack file and changes one thing."""
 
@@ -11,8 +11,10 @@ import pytest
 
 from config import ConfigError, Settings, load_settings
 from config.base import quantity_value
-from config.placement import check_admins, choose_placement, deployer_role_arn
-from tests.harness import stack_file_config
+from planning import Plan, plan_stack
+from planning.access import check_admins, deployer_role_arn
+from planning.zones import plan_zones
+from tests.fakes.pulumi import stack_file_config
 
 P = "ray-llm-eks"
 
@@ -24,9 +26,13 @@ def settings_with(section: str | None = None, **changes: Any) -> Settings:
     return load_settings(config)
 
 
+def plan_with(section: str | None = None, **changes: Any) -> Plan:
+    return plan_stack(settings_with(section, **changes))
+
+
 def error_of(section: str | None = None, **changes: Any) -> str:
     with pytest.raises(ConfigError) as caught:
-        settings_with(section, **changes)
+        plan_with(section, **changes)
     return str(caught.value)
 
 
@@ -42,7 +48,7 @@ def test_dev_stack_file_holds_the_seed_values():
     assert s.kuberay.namespace == "kuberay-operator" and s.kuberay.chart_version == "1.7.0"
     assert (s.model.id, s.model.source) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B")
     assert s.model.nixl_backends == ["LIBFABRIC"]
-    assert s.image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert plan_stack(s).image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
 
 
 def test_defaults_alone_are_the_seed():
@@ -132,7 +138,7 @@ def test_engine_config_strings_are_parsed_like_yaml_values():
             {"extraEngineKwargs": {"max_model_len": 1}},
             "['max_model_len'] are set by their own model keys",
         ),
-        ("serving", {"upgradeStrategy": "newCluster"}, "serving.upgradeStrategy newCluster"),
+        ("serving", {"upgradeStrategy": "newCluster"}, "serving.upgradeStrategy: newCluster"),
         (
             "cluster",
             {"logRetentionDays": 10},
@@ -176,7 +182,7 @@ def test_every_problem_is_reported_at_once():
     config = {
         **stack_file_config("dev"),
         f"{P}:model": {"maxModelLen": 0, "gpuMemoryUtilization": 2},
-        f"{P}:gpuNodes": {"instanceType": "g6.xlarge"},
+        f"{P}:gpuNodes": {"desiredSize": "two"},
     }
     with pytest.raises(ConfigError) as caught:
         load_settings(config)
@@ -206,9 +212,9 @@ def test_new_cluster_upgrades_need_room_for_a_second_head():
         f"{P}:serving": {"upgradeStrategy": "newCluster"},
     }
     with pytest.raises(ConfigError, match="room for a second head"):
-        load_settings(config)
+        plan_stack(load_settings(config))
     config[f"{P}:systemNodes"] = {"desiredSize": 2}
-    assert load_settings(config).zero_downtime_upgrades
+    assert plan_stack(load_settings(config)).upgrade.zero_downtime
 
 
 class TestAdmins:
@@ -240,44 +246,44 @@ class TestAdmins:
         )
 
 
-class TestPlacement:
+class TestZones:
     """The zones come from AWS (EC2 instance-type offerings), so these checks run after load_settings
     but still before any resource."""
 
     def test_gpu_zone_defaults_to_the_first_offering_zone(self):
-        placement = choose_placement(settings_with(), ["sa-east-1b", "sa-east-1a"])
-        assert placement.cluster_zones == ("sa-east-1a", "sa-east-1b")
-        assert placement.gpu_zone == "sa-east-1a"
+        zones = plan_zones(settings_with(), ["sa-east-1b", "sa-east-1a"])
+        assert zones.cluster_zones == ("sa-east-1a", "sa-east-1b")
+        assert zones.gpu_zone == "sa-east-1a"
 
     def test_cluster_zones_are_only_those_that_offer_the_gpu_type(self):
-        placement = choose_placement(settings_with(), ["sa-east-1a", "sa-east-1c"])
-        assert placement.cluster_zones == ("sa-east-1a", "sa-east-1c")
+        zones = plan_zones(settings_with(), ["sa-east-1a", "sa-east-1c"])
+        assert zones.cluster_zones == ("sa-east-1a", "sa-east-1c")
 
     def test_at_most_max_availability_zones(self):
         offered = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
         s = load_settings({"aws:region": "us-east-1", f"{P}:network": {"maxAvailabilityZones": 2}})
-        assert choose_placement(s, offered).cluster_zones == ("us-east-1a", "us-east-1b")
+        assert plan_zones(s, offered).cluster_zones == ("us-east-1a", "us-east-1b")
 
     def test_configured_gpu_zone_that_does_not_offer_the_type_is_an_error(self):
         s = settings_with("gpuNodes", availabilityZone="sa-east-1c")
         with pytest.raises(ConfigError) as caught:
-            choose_placement(s, ["sa-east-1a", "sa-east-1b"])
+            plan_zones(s, ["sa-east-1a", "sa-east-1b"])
         message = str(caught.value)
         assert "ray-llm-eks:gpuNodes.availabilityZone: sa-east-1c does not offer g6.8xlarge" in message
         assert "['sa-east-1a', 'sa-east-1b']" in message
 
     def test_configured_gpu_zone_is_used(self):
         s = settings_with("gpuNodes", availabilityZone="sa-east-1b")
-        assert choose_placement(s, ["sa-east-1a", "sa-east-1b"]).gpu_zone == "sa-east-1b"
+        assert plan_zones(s, ["sa-east-1a", "sa-east-1b"]).gpu_zone == "sa-east-1b"
 
     def test_configured_cluster_zone_without_the_type_is_an_error(self):
         s = settings_with("network", availabilityZones=["sa-east-1a", "sa-east-1c"])
         with pytest.raises(ConfigError, match=r"network.availabilityZones: \['sa-east-1c'\] do not offer"):
-            choose_placement(s, ["sa-east-1a", "sa-east-1b"])
+            plan_zones(s, ["sa-east-1a", "sa-east-1b"])
 
     def test_a_region_with_one_offering_zone_cannot_host_eks(self):
         with pytest.raises(ConfigError, match="offered in 1 zone"):
-            choose_placement(settings_with(), ["sa-east-1a"])
+            plan_zones(settings_with(), ["sa-east-1a"])
 
     def test_gpu_zone_outside_the_configured_cluster_zones_is_an_error(self):
         with pytest.raises(ConfigError, match=r"must be one of network\.availabilityZones"):

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from ops.cli import main
-from ops.cluster import DirectHttp, OpsError, iter_lines
+from ops.kube import DirectHttp, OpsError, iter_lines
 from ops.stack import kubeconfig_from_stack
-from tests.test_ops_replay import ROOT, fixture_text, healthy_cluster
+from tests.fakes.kube import fixture_text, healthy_cluster
+from tests.fakes.pulumi import ROOT
 
 
 @pytest.mark.parametrize("command", ["verify", "status"])

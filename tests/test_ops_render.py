@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.rayservice_spec import build_rayservice, namespace_manifest, placement_for
-from config.settings import load_settings
 from ops.cli import main
 from ops.stack import load_stack_config
-from tests.harness import ROOT, stack_file_config
-
-STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+from tests.fakes.pulumi import ROOT, STACKS, run_stack
 
 
 def render(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -29,13 +25,18 @@ def test_every_stack_file_is_rendered_and_dev_is_among_them():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_render_prints_the_namespace_and_rayservice_the_program_builds(stack, capsys):
+def test_render_prints_the_namespace_and_rayservice_the_program_creates(stack, capsys):
     code, out, err = render(capsys, "--stack", stack)
 
-    settings = load_settings(stack_file_config(stack))
-    expected = [namespace_manifest(settings), build_rayservice(settings, placement_for(settings)).to_dict()]
+    run = run_stack(stack=stack)
+    created = [
+        run.one("kubernetes:core/v1:Namespace", "ray-llm-ns"),
+        run.one("kubernetes:ray.io/v1:RayService"),
+    ]
     assert code == 0, err
-    assert list(yaml.safe_load_all(out)) == expected
+    assert list(yaml.safe_load_all(out)) == [
+        {k: r.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in r.inputs} for r in created
+    ]
 
 
 def test_render_shows_serve_config_as_a_readable_block(capsys):

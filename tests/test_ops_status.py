@@ -17,20 +17,14 @@ import pytest
 import yaml
 
 from ops.cli import main
-from ops.cluster import ConnectOptions, ServiceEndpoint
+from ops.kube import ConnectOptions, ServiceEndpoint
 from ops.stack import load_stack_config
 from ops.status import Condition, collect_status
-from tests.test_ops_replay import GPU_NODES, HEAD, ROOT, SYSTEM_NODE, WORKERS, FakeCluster, healthy_cluster
+from tests.fakes.kube import GPU_NODES, HEAD, SYSTEM_NODE, WORKERS, FakeKubeApi, healthy_cluster
+from tests.fakes.pulumi import ROOT
 
 
-@pytest.fixture
-def kubeconfig(tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": []}))
-    return path
-
-
-def run_status(cluster: FakeCluster, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def run_status(cluster: FakeKubeApi, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(["status", *argv], connect=lambda _: cluster)
     out, err = capsys.readouterr()
     return code, out, err
@@ -126,7 +120,7 @@ def test_status_with_stack_reads_namespace_name_and_kubeconfig_from_the_stack(tm
         commands.append((command, kwargs["cwd"]))
         return subprocess.CompletedProcess(command, 0, stdout=kubeconfig_json + "\n", stderr="")
 
-    def connect(options: ConnectOptions) -> FakeCluster:
+    def connect(options: ConnectOptions) -> FakeKubeApi:
         assert options.kubeconfig is not None
         seen["options"] = options
         seen["mode"] = stat.S_IMODE(os.stat(options.kubeconfig).st_mode)

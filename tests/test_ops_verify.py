@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ops.cli import main
-from ops.cluster import ExecResult, HttpResponse, OpsError, ServiceEndpoint
+from ops.kube import ExecResult, HttpResponse, OpsError, ServiceEndpoint
 from ops.verify import (
     CHECK_CHAT,
     CHECK_MODELS,
@@ -24,12 +24,12 @@ from ops.verify import (
     summarize_stream,
     verify,
 )
-from tests.test_ops_replay import (
+from tests.fakes.kube import (
     ACTIVE_CLUSTER,
     GPU_NODES,
     WORKERS,
     FakeClock,
-    FakeCluster,
+    FakeKubeApi,
     fixture_text,
     grep_result,
     healthy_cluster,
@@ -42,15 +42,8 @@ REPLY = (
 )
 
 
-@pytest.fixture
-def kubeconfig(tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": []}))
-    return path
-
-
 def run_verify(
-    cluster: FakeCluster, capsys: pytest.CaptureFixture[str], kubeconfig: Path, *argv: str
+    cluster: FakeKubeApi, capsys: pytest.CaptureFixture[str], kubeconfig: Path, *argv: str
 ) -> tuple[int, str]:
     code = main(
         ["verify", "--kubeconfig", str(kubeconfig), *argv], connect=lambda _: cluster, clock=cluster.clock
@@ -58,7 +51,7 @@ def run_verify(
     return code, capsys.readouterr().out
 
 
-def verdicts(cluster: FakeCluster) -> dict[str, tuple[bool, str]]:
+def verdicts(cluster: FakeKubeApi) -> dict[str, tuple[bool, str]]:
     report = verify(cluster, TARGET, clock=cluster.clock)
     return {c.name: (c.passed, c.reason) for c in report.checks}
 

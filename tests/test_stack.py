@@ -12,8 +12,8 @@ import json
 import pytest
 
 from config import ConfigError
-from tests import harness
-from tests.harness import ROOT, Registration, Secret, StackRun, run_stack
+from tests.fakes import pulumi as harness
+from tests.fakes.pulumi import ROOT, Registration, Secret, StackRun, run_stack
 
 CLUSTER = "eks:index:Cluster"
 NODE_GROUP = "eks:index:ManagedNodeGroup"

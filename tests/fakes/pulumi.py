@@ -24,7 +24,9 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+"""Every example stack file's stack name: tests parametrize over these, never a hand-kept list."""
 PROJECT = "ray-llm-eks"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"

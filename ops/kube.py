@@ -1,7 +1,7 @@
 """The narrow view of a cluster that `status` and `verify` need, and its one real implementation.
 
 Every decision is made on plain API JSON (what `kubectl get -o json` prints) and on HTTP bodies, so the
-tests replay recorded responses through a fake `Cluster`. Only `KubeCluster` talks to a cluster, and
+tests replay recorded responses through a fake `KubeApi`. Only `KubeClient` talks to a cluster, and
 it imports the `kubernetes` client lazily: that import alone takes over a second, which `render`,
 `--help` and the tests should not pay.
 """
@@ -54,7 +54,7 @@ class HttpResponse:
     body: str
 
 
-class Cluster(Protocol):
+class KubeApi(Protocol):
     """What the commands read from a cluster. HTTP paths are relative to the OpenAI API root `/v1`."""
 
     def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
@@ -88,7 +88,7 @@ class ServiceEndpoint:
 
 @dataclass(frozen=True)
 class ConnectOptions:
-    """How `status` and `verify` reach the cluster; the CLI builds it, `connect` turns it into a Cluster."""
+    """How `status` and `verify` reach the cluster; the CLI builds it, `connect` turns it into a KubeApi."""
 
     kubeconfig: Path | None
     endpoint: ServiceEndpoint
@@ -153,7 +153,7 @@ class DirectHttp:
                 yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
 
 
-class KubeCluster:
+class KubeClient:
     """The real cluster, through the official `kubernetes` client and a kubeconfig (EKS kubeconfigs
     authenticate with an `aws eks get-token` exec plugin, which the client runs itself)."""
 

@@ -8,7 +8,7 @@ from itertools import combinations
 
 import pytest
 
-from components.network import plan_subnets
+from planning.zones import plan_subnets
 
 ZONES = ("sa-east-1a", "sa-east-1b", "sa-east-1c")
 

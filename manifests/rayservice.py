@@ -1,126 +1,51 @@
-"""The KubeRay RayService as typed models, and the one function that builds it from the config.
+"""The KubeRay RayService as typed data, and the one function that builds the serving layer from the
+settings and the plan.
 
-Field names mirror the `ray.io/v1` CRD we pin (KubeRay 1.7.0) and the core Pod API; only the fields we
-set are modelled. Attributes are snake_case and render camelCase; unknown fields are errors here,
-because the API server would silently prune them. `to_dict()` is the only renderer: the Pulumi
-component and `python -m ops render` both call it, so what you review is what gets applied.
+Field names mirror the `ray.io/v1` CRD we pin (KubeRay 1.7.0); only the fields we set are modelled.
+`build_serving` is the only builder: the Pulumi component and `python -m ops render` both call it, so
+what you review is what gets applied.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field, SecretStr
 
-from components.serve_app import build_serve_config
-from config.base import Quantity
-from config.capacity import worker_resources
-from config.catalog import InstanceType
-from config.cluster import GPU_NODE_LABELS, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
-from config.settings import Settings
+from config import Settings
+from manifests.k8s import (
+    Container,
+    ContainerPort,
+    EmptyDirVolumeSource,
+    EnvVar,
+    EnvVarSource,
+    ExecAction,
+    K8sModel,
+    Lifecycle,
+    LifecycleHandler,
+    ObjectFieldSelector,
+    ObjectMeta,
+    PodSpec,
+    PodTemplate,
+    ResourceRequirements,
+    SecretKeySelector,
+    SecurityContext,
+    Toleration,
+    Volume,
+    VolumeMount,
+    namespace,
+    pod_security_labels,
+)
+from manifests.serve_app import build_serve_config
+from planning import Plan
+from planning.nodes import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
 HF_TOKEN_KEY = "token"
 MODEL_CACHE_PATH = "/data/huggingface"
-
-
-class K8sModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
-
-
-class ObjectFieldSelector(K8sModel):
-    field_path: str
-
-
-class SecretKeySelector(K8sModel):
-    name: str
-    key: str
-
-
-class EnvVarSource(K8sModel):
-    field_ref: ObjectFieldSelector | None = None
-    secret_key_ref: SecretKeySelector | None = None
-
-
-class EnvVar(K8sModel):
-    name: str
-    value: str | None = None
-    value_from: EnvVarSource | None = None
-
-
-class ContainerPort(K8sModel):
-    name: str
-    container_port: int = Field(gt=0, lt=65536)
-
-
-class ResourceRequirements(K8sModel):
-    requests: dict[str, Quantity]
-    limits: dict[str, Quantity]
-
-
-class VolumeMount(K8sModel):
-    name: str
-    mount_path: str
-
-
-class SecurityContext(K8sModel):
-    privileged: bool
-
-
-class ExecAction(K8sModel):
-    command: list[str]
-
-
-class LifecycleHandler(K8sModel):
-    exec_: ExecAction = Field(alias="exec")
-
-
-class Lifecycle(K8sModel):
-    pre_stop: LifecycleHandler
-
-
-class Container(K8sModel):
-    name: str
-    image: str
-    ports: list[ContainerPort] | None = None
-    env: list[EnvVar] | None = None
-    resources: ResourceRequirements
-    volume_mounts: list[VolumeMount] | None = None
-    security_context: SecurityContext | None = None
-    lifecycle: Lifecycle | None = None
-
-
-class EmptyDirVolumeSource(K8sModel):
-    medium: Literal["Memory"] | None = None
-    size_limit: Quantity | None = None
-
-
-class Volume(K8sModel):
-    name: str
-    empty_dir: EmptyDirVolumeSource
-
-
-class Toleration(K8sModel):
-    key: str
-    operator: Literal["Exists", "Equal"]
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-
-class PodSpec(K8sModel):
-    containers: list[Container] = Field(min_length=1)
-    volumes: list[Volume] | None = None
-    node_selector: dict[str, str]
-    tolerations: list[Toleration] | None = None
-
-
-class PodTemplate(K8sModel):
-    spec: PodSpec
 
 
 class HeadGroupSpec(K8sModel):
@@ -153,13 +78,6 @@ class RayServiceSpec(K8sModel):
     ray_cluster_config: RayClusterSpec
 
 
-class ObjectMeta(K8sModel):
-    name: str
-    namespace: str
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-
-
 class RayServiceManifest(K8sModel):
     api_version: Literal["ray.io/v1"] = "ray.io/v1"
     kind: Literal["RayService"] = "RayService"
@@ -169,26 +87,6 @@ class RayServiceManifest(K8sModel):
     def to_dict(self) -> dict[str, Any]:
         """The object as the API server sees it: camelCase, unset fields absent (never null)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-@dataclass(frozen=True)
-class NodePlacement:
-    """What the serving layer needs to know about the nodes it runs on, and nothing else, so that it
-    can target any cluster whose nodes carry these labels."""
-
-    system_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_LABELS))
-    gpu_selector: dict[str, str] = field(default_factory=lambda: {"role": GPU_NODE_LABELS["role"]})
-    gpu_taint_key: str | None = GPU_TAINT_KEY
-    gpu_instance: InstanceType | None = None
-    gpu_pods_per_node: int = 1
-
-
-def placement_for(settings: Settings) -> NodePlacement:
-    return NodePlacement(
-        gpu_taint_key=GPU_TAINT_KEY if settings.gpu_nodes.taint else None,
-        gpu_instance=settings.gpu_nodes.spec,
-        gpu_pods_per_node=settings.gpu_pods_per_node,
-    )
 
 
 def ready_annotations(settings: Settings) -> dict[str, str]:
@@ -210,15 +108,6 @@ def _ray_stop() -> Lifecycle:
     return Lifecycle(pre_stop=LifecycleHandler(exec=ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
-def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:
-    """Pod Security admission: enforce `level`, and warn/audit against `audit` so drift shows up."""
-    return {
-        "pod-security.kubernetes.io/enforce": level,
-        "pod-security.kubernetes.io/warn": audit,
-        "pod-security.kubernetes.io/audit": audit,
-    }
-
-
 def serving_namespace_labels() -> dict[str, str]:
     """GPU workers run privileged: NIXL registers CUDA memory with the EFA NIC, which IPC_LOCK alone
     does not allow. Enforcement is therefore privileged in the serving namespace; warn and audit
@@ -226,31 +115,45 @@ def serving_namespace_labels() -> dict[str, str]:
     return pod_security_labels("privileged", audit="baseline")
 
 
-def namespace_manifest(settings: Settings) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": settings.serving.namespace, "labels": serving_namespace_labels()},
-    }
-
-
 def serve_service_name(rayservice_name: str) -> str:
     """The Service KubeRay creates in front of the serve application (port 8000)."""
     return f"{rayservice_name}-serve-svc"
 
 
-def build_rayservice(settings: Settings, placement: NodePlacement) -> RayServiceManifest:
+@dataclass(frozen=True)
+class ServingManifests:
+    """The serving layer: its namespace, the RayService, and the Hugging Face token for Secret
+    `hf-token` (key `token`), which only the Pulumi program creates and nothing renders."""
+
+    namespace: dict[str, Any]
+    rayservice: RayServiceManifest
+    hf_token: SecretStr | None
+
+    @property
+    def service_name(self) -> str:
+        return serve_service_name(self.rayservice.metadata.name)
+
+
+def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
+    return ServingManifests(
+        namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
+        rayservice=build_rayservice(settings, plan),
+        hf_token=settings.hugging_face_token,
+    )
+
+
+def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     serving, model = settings.serving, settings.model
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
-    image = settings.image
+    image = plan.image
     serve_config = build_serve_config(model, serving.application_name)
-    gpu = placement.gpu_instance or settings.gpu_nodes.spec
-    worker_size = worker_resources(gpu, placement.gpu_pods_per_node, serving.worker)
+    gpu = plan.gpu
+    worker_size = plan.worker
     tp = model.tensor_parallel_size
     head = serving.head
 
     head_pod = PodSpec(
-        node_selector=dict(placement.system_selector),
+        node_selector=dict(SYSTEM_NODE_LABELS),
         containers=[
             Container(
                 name="ray-head",
@@ -301,12 +204,12 @@ def build_rayservice(settings: Settings, placement: NodePlacement) -> RayService
         EFA_RESOURCE: "1",
     }
     tolerations = (
-        [Toleration(key=placement.gpu_taint_key, operator="Exists", effect="NoSchedule")]
-        if placement.gpu_taint_key
+        [Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")]
+        if settings.gpu_nodes.taint
         else None
     )
     worker_pod = PodSpec(
-        node_selector=dict(placement.gpu_selector),
+        node_selector=dict(GPU_NODE_SELECTOR),
         tolerations=tolerations,
         containers=[
             Container(
@@ -336,7 +239,7 @@ def build_rayservice(settings: Settings, placement: NodePlacement) -> RayService
         ],
     )
 
-    workers = model.workers
+    workers = plan.gpu_workers
     return RayServiceManifest(
         metadata=ObjectMeta(
             name=serving.name,
@@ -345,9 +248,7 @@ def build_rayservice(settings: Settings, placement: NodePlacement) -> RayService
             annotations=ready_annotations(settings),
         ),
         spec=RayServiceSpec(
-            upgrade_strategy=UpgradeStrategy(
-                type="NewCluster" if settings.zero_downtime_upgrades else "None"
-            ),
+            upgrade_strategy=UpgradeStrategy(type=plan.upgrade.kuberay_strategy),
             serve_config_v2=serve_config.to_yaml(),
             ray_cluster_config=RayClusterSpec(
                 ray_version=serving.ray_version,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from config.base import quantity_value
-from config.catalog import InstanceType
+from planning.catalog import InstanceType
 
 if TYPE_CHECKING:
     from config.serving import ModelConfig, WorkerConfig

@@ -1,0 +1,25 @@
+"""One Helm release from a chart described in manifests/charts.py: the Pulumi plumbing the device
+plugins and the KubeRay operator share (not a component of its own)."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from manifests.charts import HelmChart
+
+
+def helm_release(
+    name: str, chart: HelmChart, opts: pulumi.ResourceOptions, namespace: pulumi.Input[str] | None = None
+) -> k8s.helm.v3.Release:
+    """`namespace` overrides the chart's when the release must wait for a Namespace resource."""
+    return k8s.helm.v3.Release(
+        name,
+        name=chart.chart,
+        chart=chart.chart,
+        version=chart.version,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+        namespace=namespace or chart.namespace,
+        values=chart.values,
+        opts=opts,
+    )

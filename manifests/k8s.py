@@ -1,0 +1,128 @@
+"""Core Kubernetes objects as typed data: the Pod fields the RayService's pod templates set, object
+metadata, and namespaces with their Pod Security levels.
+
+Only the fields we set are modelled. Attributes are snake_case and render camelCase; unknown fields are
+errors here, because the API server would silently prune them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from config.base import Quantity
+
+
+class K8sModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class ObjectFieldSelector(K8sModel):
+    field_path: str
+
+
+class SecretKeySelector(K8sModel):
+    name: str
+    key: str
+
+
+class EnvVarSource(K8sModel):
+    field_ref: ObjectFieldSelector | None = None
+    secret_key_ref: SecretKeySelector | None = None
+
+
+class EnvVar(K8sModel):
+    name: str
+    value: str | None = None
+    value_from: EnvVarSource | None = None
+
+
+class ContainerPort(K8sModel):
+    name: str
+    container_port: int = Field(gt=0, lt=65536)
+
+
+class ResourceRequirements(K8sModel):
+    requests: dict[str, Quantity]
+    limits: dict[str, Quantity]
+
+
+class VolumeMount(K8sModel):
+    name: str
+    mount_path: str
+
+
+class SecurityContext(K8sModel):
+    privileged: bool
+
+
+class ExecAction(K8sModel):
+    command: list[str]
+
+
+class LifecycleHandler(K8sModel):
+    exec_: ExecAction = Field(alias="exec")
+
+
+class Lifecycle(K8sModel):
+    pre_stop: LifecycleHandler
+
+
+class Container(K8sModel):
+    name: str
+    image: str
+    ports: list[ContainerPort] | None = None
+    env: list[EnvVar] | None = None
+    resources: ResourceRequirements
+    volume_mounts: list[VolumeMount] | None = None
+    security_context: SecurityContext | None = None
+    lifecycle: Lifecycle | None = None
+
+
+class EmptyDirVolumeSource(K8sModel):
+    medium: Literal["Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+class Volume(K8sModel):
+    name: str
+    empty_dir: EmptyDirVolumeSource
+
+
+class Toleration(K8sModel):
+    key: str
+    operator: Literal["Exists", "Equal"]
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class PodSpec(K8sModel):
+    containers: list[Container] = Field(min_length=1)
+    volumes: list[Volume] | None = None
+    node_selector: dict[str, str]
+    tolerations: list[Toleration] | None = None
+
+
+class PodTemplate(K8sModel):
+    spec: PodSpec
+
+
+class ObjectMeta(K8sModel):
+    name: str
+    namespace: str
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:
+    """Pod Security admission: enforce `level`, and warn/audit against `audit` so drift shows up."""
+    return {
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/warn": audit,
+        "pod-security.kubernetes.io/audit": audit,
+    }
+
+
+def namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}

@@ -1,0 +1,78 @@
+"""How a change to the Ray cluster rolls out: the one place that decides it.
+
+A change to `rayClusterConfig` makes KubeRay start a second Ray cluster by default (`NewCluster`) and
+switch over once it serves; with exactly as many GPU nodes as workers that cluster never schedules
+and the upgrade waits forever. So unless the nodes can host two clusters (twice the GPU workers, and
+a second head on the system nodes), the RayService gets `upgradeStrategy: None` (KubeRay never starts
+a second cluster) and Pulumi replaces it on any `rayClusterConfig` change, deleting the old one first:
+downtime while the model reloads, but never a wait for GPUs that do not exist. A change to
+serveConfigV2 alone stays an in-place update, which KubeRay applies to the running cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from config import PROJECT, Settings
+from config.base import quantity_value
+from planning.capacity import GIB
+from planning.catalog import lookup
+
+RAY_CLUSTER_CONFIG_PATH = "spec.rayClusterConfig"
+"""The RayService field whose change means a new Ray cluster."""
+
+SYSTEM_NODE_RESERVED_CPU = 1.0
+"""vCPU a system node keeps for the kubelet's reservation and its system pods (coredns 2 x 0.1,
+KubeRay 0.1, kube-proxy 0.1, aws-node 0.025, ...)."""
+SYSTEM_NODE_RESERVED_GIB = 3
+"""Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
+
+
+@dataclass(frozen=True)
+class UpgradePlan:
+    zero_downtime: bool
+    """True: KubeRay's NewCluster upgrade. False: Pulumi deletes and recreates the RayService."""
+
+    @property
+    def kuberay_strategy(self) -> Literal["NewCluster", "None"]:
+        """The RayService's `spec.upgradeStrategy.type`."""
+        return "NewCluster" if self.zero_downtime else "None"
+
+    @property
+    def replace_on_changes(self) -> list[str]:
+        """Pulumi `replaceOnChanges` of the RayService (with `deleteBeforeReplace` when non-empty)."""
+        return [] if self.zero_downtime else [RAY_CLUSTER_CONFIG_PATH]
+
+
+def system_nodes_host_two_heads(settings: Settings) -> bool:
+    """Two system nodes host a head each; one node only if its CPU and memory, less what the node and
+    its system pods (coredns, KubeRay, aws-node, kube-proxy) take, fit both heads' requests."""
+    if settings.system_nodes.desired_size >= 2:
+        return True
+    spec = lookup(settings.system_nodes.instance_type)
+    if spec is None:
+        return False
+    head = settings.serving.head
+    cpu_free = spec.vcpu - SYSTEM_NODE_RESERVED_CPU
+    memory_free = (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
+    return (
+        2 * quantity_value(head.cpu_request) <= cpu_free
+        and 2 * quantity_value(head.memory_request) <= memory_free
+    )
+
+
+def plan_upgrades(settings: Settings, gpu_worker_capacity: int, gpu_workers: int) -> UpgradePlan:
+    """`gpu_worker_capacity`: worker pods the GPU nodes host; `gpu_workers`: pods one cluster needs.
+    Raises ValueError when `newCluster` is asked for without room for a second cluster."""
+    spare = gpu_worker_capacity >= 2 * gpu_workers and system_nodes_host_two_heads(settings)
+    strategy = settings.serving.upgrade_strategy
+    if strategy == "newCluster" and not spare:
+        raise ValueError(
+            f"{PROJECT}:serving.upgradeStrategy: newCluster starts a second Ray cluster (head and "
+            f"{gpu_workers} GPU workers) during upgrades: it needs gpuNodes.desiredSize to "
+            f"host {2 * gpu_workers} workers (it hosts {gpu_worker_capacity}) and room for a second head "
+            f"(systemNodes.desiredSize 2, or a larger systemNodes.instanceType); use recreate or "
+            "auto, or add nodes"
+        )
+    return UpgradePlan(zero_downtime=strategy == "newCluster" or (strategy == "auto" and spare))
