@@ -73,7 +73,25 @@ class ClusterConfig(StrictModel):
         return self
 
 
-class SystemNodesConfig(StrictModel):
+class NodeGroupConfig(StrictModel):
+    """What both node groups share: an instance type and sizes in order."""
+
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+
+    @model_validator(mode="after")
+    def _ordered_sizes(self) -> NodeGroupConfig:
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError(
+                "sizes must satisfy minSize <= desiredSize <= maxSize "
+                f"(got {self.min_size} / {self.desired_size} / {self.max_size})"
+            )
+        return self
+
+
+class SystemNodesConfig(NodeGroupConfig):
     """The managed CPU node group labelled `role=system`: system pods, the KubeRay operator and
     the Ray head."""
 
@@ -94,13 +112,8 @@ class SystemNodesConfig(StrictModel):
         "image here too; unpacked it needs about twice that beside the system images.",
     )
 
-    @model_validator(mode="after")
-    def _ordered_sizes(self) -> SystemNodesConfig:
-        _check_sizes(self.min_size, self.desired_size, self.max_size)
-        return self
 
-
-class GpuNodesConfig(StrictModel):
+class GpuNodesConfig(NodeGroupConfig):
     """The managed EFA GPU node group labelled `role=gpu-worker`, in one availability zone (EFA
     does not cross zones)."""
 
@@ -125,15 +138,3 @@ class GpuNodesConfig(StrictModel):
         description="Taint GPU nodes `nvidia.com/gpu=true:NoSchedule` so only pods that tolerate it "
         "(Ray workers, device plugins) land there.",
     )
-
-    @model_validator(mode="after")
-    def _ordered_sizes(self) -> GpuNodesConfig:
-        _check_sizes(self.min_size, self.desired_size, self.max_size)
-        return self
-
-
-def _check_sizes(minimum: int, desired: int, maximum: int) -> None:
-    if not minimum <= desired <= maximum:
-        raise ValueError(
-            f"sizes must satisfy minSize <= desiredSize <= maxSize (got {minimum} / {desired} / {maximum})"
-        )

@@ -31,37 +31,29 @@ class HelmChart:
     values: dict[str, Any]
 
 
-def _gpu_toleration() -> dict[str, str]:
-    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+def _on_gpu_nodes(chart: str, version: str, repo: str, **values: Any) -> HelmChart:
+    """A device plugin's DaemonSet: on the GPU nodes only, tolerating their taint."""
+    toleration = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    tolerations = [*values.pop("tolerations", []), toleration]
+    values.update(nodeSelector=dict(GPU_NODE_SELECTOR), tolerations=tolerations)
+    return HelmChart(chart, version, repo, DEVICE_PLUGIN_NAMESPACE, values)
 
 
 def nvidia_device_plugin() -> HelmChart:
-    return HelmChart(
-        chart="nvidia-device-plugin",
-        version=versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
-        repo=versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
-        namespace=DEVICE_PLUGIN_NAMESPACE,
-        values={
-            "nodeSelector": dict(GPU_NODE_SELECTOR),
-            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, _gpu_toleration()],
-        },
+    return _on_gpu_nodes(
+        "nvidia-device-plugin",
+        versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
+        versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
+        tolerations=[{"key": "CriticalAddonsOnly", "operator": "Exists"}],
     )
 
 
 def efa_device_plugin(instance_type: str) -> HelmChart:
-    return HelmChart(
-        chart="aws-efa-k8s-device-plugin",
-        version=versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
-        repo=versions.EFA_DEVICE_PLUGIN_CHART_REPO,
-        namespace=DEVICE_PLUGIN_NAMESPACE,
-        values={
-            "supportedInstanceLabels": {
-                "keys": ["node.kubernetes.io/instance-type"],
-                "values": [instance_type],
-            },
-            "nodeSelector": dict(GPU_NODE_SELECTOR),
-            "tolerations": [_gpu_toleration()],
-        },
+    return _on_gpu_nodes(
+        "aws-efa-k8s-device-plugin",
+        versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
+        versions.EFA_DEVICE_PLUGIN_CHART_REPO,
+        supportedInstanceLabels={"keys": ["node.kubernetes.io/instance-type"], "values": [instance_type]},
     )
 
 
