@@ -49,7 +49,8 @@ class RayService(pulumi.ComponentResource):
                         name=HF_TOKEN_SECRET, namespace=namespace.metadata.name
                     ),
                     type="Opaque",
-                    string_data={HF_TOKEN_KEY: pulumi.Output.secret(manifests.hf_token.get_secret_value())},
+                    # pulumi-kubernetes makes a Secret's stringData a Pulumi secret itself.
+                    string_data={HF_TOKEN_KEY: manifests.hf_token.get_secret_value()},
                     opts=child,
                 )
             )

@@ -13,7 +13,7 @@ import pytest
 
 from config import ConfigError
 from tests.fakes import pulumi as harness
-from tests.fakes.pulumi import ROOT, Registration, Secret, StackRun, run_stack
+from tests.fakes.pulumi import STACKS, Registration, Secret, StackRun, run_stack
 
 CLUSTER = "eks:index:Cluster"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
@@ -126,7 +126,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert kuberay.inputs["version"] == "1.7.0"
         assert kuberay.inputs["repositoryOpts"]["repo"] == "https://ray-project.github.io/kuberay-helm/"
         assert kuberay.inputs["namespace"] == "kuberay-operator"
-        assert kuberay.inputs["values"] == {"nodeSelector": {"role": "system"}}
+        assert kuberay.inputs["values"]["nodeSelector"] == {"role": "system"}
 
     def test_outputs(self, dev_stack: StackRun):
         exports = dev_stack.exports
@@ -200,7 +200,7 @@ class TestGraph:
         assert provider.parent == dev_stack.one("ray-llm-eks:cluster:Cluster").urn
         assert isinstance(provider.inputs["kubeconfig"], Secret)
         kube_objects = [r for r in dev_stack.registrations if r.type.startswith("kubernetes:")]
-        assert len(kube_objects) == 6
+        assert RAYSERVICE in {r.type for r in kube_objects}
         for reg in kube_objects:
             assert reg.provider.startswith(provider.urn + "::"), f"{reg.type} {reg.name}: {reg.provider!r}"
 
@@ -314,7 +314,7 @@ class TestHuggingFaceToken:
 
 
 class TestStacksAndDeterminism:
-    @pytest.mark.parametrize("stack", sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml")))
+    @pytest.mark.parametrize("stack", STACKS)
     def test_every_stack_file_runs(self, stack: str):
         run = run_stack(stack=stack)
         assert run.one(RAYSERVICE)
