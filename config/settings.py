@@ -126,6 +126,10 @@ def _secret_value(value: Any) -> str:
     return str(value)
 
 
+_NO_INPUT_SHOWN = {"value_error", "assertion_error", "missing"}
+"""Error types whose message says it all (our validators) or whose input is the enclosing object."""
+
+
 def _describe(error: ValidationError, project: str) -> list[str]:
     problems = []
     for item in error.errors(include_url=False):
@@ -140,22 +144,10 @@ def _describe(error: ValidationError, project: str) -> list[str]:
         if item["type"] == "extra_forbidden":
             allowed = _allowed_keys(item["loc"][:-1])
             problems.append(f"{key}: unknown key; allowed here: {', '.join(allowed)}")
-        elif item["type"].endswith("_type") or item["type"] in {
-            "literal_error",
-            "string_pattern_mismatch",
-            "greater_than",
-            "greater_than_equal",
-            "less_than",
-            "less_than_equal",
-            "too_short",
-            "too_long",
-            "string_too_long",
-            "string_too_short",
-            "ip_v4_network",
-        }:
-            problems.append(f"{key}: {message} (got {item['input']!r})")
-        else:
+        elif item["type"] in _NO_INPUT_SHOWN:
             problems.append(f"{key}: {message}")
+        else:
+            problems.append(f"{key}: {message} (got {item['input']!r})")
     return problems
 
 
