@@ -8,7 +8,9 @@
                                                          (prefill and decode workers, NIXL over EFA)
 
 Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
-`planning` (what the hardware and AWS can carry), before the first resource is registered.
+`planning` (what the hardware and AWS can carry), before the first resource is registered. What the
+plan needs from AWS is read first: which zones offer the GPU type, what this stack recorded on its VPC
+when it was first deployed, and who created its cluster.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from components.gpu_node_group import GpuNodeGroup
 from components.kuberay import KubeRayOperator
 from components.network import Network
 from components.rayservice import RayService
-from config import load_settings
+from config import PROJECT, ConfigError, load_settings
 from manifests.rayservice import build_serving
 from planning import plan_stack
-from planning.access import check_admins
-from planning.zones import plan_zones
+from planning.access import plan_access
+from planning.zones import TAG_STACK, StackRecord, plan_zones
 
 
 def stack_config() -> dict[str, Any]:
@@ -46,20 +48,52 @@ def zones_offering(instance_type: str, region: str) -> list[str]:
     return list(offerings.locations)
 
 
+def stack_record(stack_id: str, region: str) -> StackRecord | None:
+    """What this stack recorded on its VPC when it was first deployed (None before that)."""
+    found = aws.ec2.get_vpcs(
+        filters=[aws.ec2.GetVpcsFilterArgs(name=f"tag:{TAG_STACK}", values=[stack_id])], region=region
+    ).ids
+    if len(found) > 1:
+        raise ConfigError(
+            [f"VPCs {sorted(found)} all carry {TAG_STACK}={stack_id}; remove the tag from all but one"]
+        )
+    return StackRecord.from_tags(aws.ec2.get_vpc(id=found[0], region=region).tags) if found else None
+
+
+def cluster_creator(record: StackRecord | None, cluster_name: str, region: str) -> str:
+    """Who created the cluster: the record's once the cluster exists, else whoever runs Pulumi now
+    (an assumed role's session names its role)."""
+    if record and record.creator and cluster_name in aws.eks.get_clusters(region=region).names:
+        return record.creator
+    return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+
+
 def main() -> None:
+    stack = pulumi.get_stack()
     settings = load_settings(stack_config())
-    plan = plan_stack(settings)
-    zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region))
-    if settings.cluster.admin_principal_arns:
-        check_admins(settings, aws.get_caller_identity().arn)
-    pulumi.log.info(plan.fit.summary())
+    plan = plan_stack(settings, stack=stack)
+    stack_id = f"{PROJECT}/{stack}"
+    record = stack_record(stack_id, settings.region)
+    zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region), record)
+    creator = cluster_creator(record, plan.cluster_name, settings.region)
+    access = plan_access(settings, creator)
+    for message in (plan.fit.summary(), *access.notes):
+        pulumi.log.info(message)
+    for message in (*plan.warnings, *zones.warnings):
+        pulumi.log.warn(message)
 
     network = Network(
-        "network", config=settings.network, zones=zones.cluster_zones, cluster_name=settings.cluster.name
+        "network",
+        config=settings.network,
+        zones=zones.cluster_zones,
+        cluster_name=plan.cluster_name,
+        record=StackRecord(zones.cluster_zones, zones.gpu_zone, creator).tags(stack_id),
     )
     cluster = Cluster(
         "cluster",
         config=settings.cluster,
+        cluster_name=plan.cluster_name,
+        access_entries=access.entries,
         system_nodes=settings.system_nodes,
         region=settings.region,
         vpc_id=network.vpc_id,

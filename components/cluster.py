@@ -2,7 +2,7 @@
 object of the stack goes through.
 
 - Access: EKS access entries (authentication mode API). EKS makes whoever creates the cluster an
-  admin; `cluster.adminPrincipalArns` adds more.
+  admin; the listed admins and viewers get entries as planning/access.py decides.
 - Add-ons: vpc-cni and kube-proxy are EKS managed add-ons that pulumi-eks creates with the cluster.
   Without a default node group pulumi-eks creates no coredns add-on (EKS bootstraps a self-managed
   coredns), so the managed coredns add-on is created here, after the system nodes exist: created
@@ -14,13 +14,15 @@ object of the stack goes through.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from config.cluster import ClusterConfig, SystemNodesConfig
-from planning.access import partition_of
+from planning.access import AccessEntry, partition_of
 from planning.nodes import SYSTEM_NODE_LABELS
 
 NODE_POLICIES = (
@@ -28,7 +30,6 @@ NODE_POLICIES = (
     "AmazonEKS_CNI_Policy",  # vpc-cni (aws-node) assigns pod IPs from the node's ENIs
     "AmazonEC2ContainerRegistryReadOnly",  # pull the Ray LLM DLC and add-on images from ECR
 )
-CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -54,6 +55,8 @@ class Cluster(pulumi.ComponentResource):
         name: str,
         *,
         config: ClusterConfig,
+        cluster_name: str,
+        access_entries: Sequence[AccessEntry],
         system_nodes: SystemNodesConfig,
         region: str,
         vpc_id: pulumi.Input[str],
@@ -70,7 +73,7 @@ class Cluster(pulumi.ComponentResource):
         else:
             key = aws.kms.Key(
                 f"{name}-secrets",
-                description=f"Envelope encryption of Kubernetes secrets in EKS cluster {config.name}",
+                description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
                 enable_key_rotation=True,
                 deletion_window_in_days=7,
                 opts=child,
@@ -91,7 +94,7 @@ class Cluster(pulumi.ComponentResource):
                     )
                 ]
             ).json,
-            description=f"Nodes of EKS cluster {config.name}",
+            description=f"Nodes of EKS cluster {cluster_name}",
             opts=child,
         )
         self.node_role_policies = attachments = [
@@ -110,7 +113,7 @@ class Cluster(pulumi.ComponentResource):
             [
                 aws.cloudwatch.LogGroup(
                     f"{name}-logs",
-                    name=f"/aws/eks/{config.name}/cluster",
+                    name=f"/aws/eks/{cluster_name}/cluster",
                     retention_in_days=config.log_retention_days,
                     opts=child,
                 )
@@ -121,7 +124,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
-            name=config.name,
+            name=cluster_name,
             version=config.kubernetes_version,
             vpc_id=vpc_id,
             # Control-plane ENIs and every node go to private subnets; load balancers find the
@@ -131,16 +134,16 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             authentication_mode=eks.AuthenticationMode.API,
             access_entries={
-                f"admin-{i}": eks.AccessEntryArgs(
-                    principal_arn=arn,
+                entry.key: eks.AccessEntryArgs(
+                    principal_arn=entry.principal_arn,
                     access_policies={
-                        "cluster-admin": eks.AccessPolicyAssociationArgs(
-                            policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{CLUSTER_ADMIN_POLICY}",
+                        entry.policy: eks.AccessPolicyAssociationArgs(
+                            policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{entry.policy}",
                             access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                         )
                     },
                 )
-                for i, arn in enumerate(config.admin_principal_arns)
+                for entry in access_entries
             }
             or None,
             endpoint_private_access=True,
@@ -153,10 +156,10 @@ class Cluster(pulumi.ComponentResource):
             # Without a default node group pulumi-eks creates no coredns add-on anyway; say so, since
             # ours follows the system nodes (below).
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
-            tags={"Name": config.name},
+            tags={"Name": cluster_name},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=log_groups)),
         )
-        self.cluster_name = pulumi.Output.from_input(config.name)
+        self.cluster_name = pulumi.Output.from_input(cluster_name)
 
         system = system_nodes
         self.system_node_group = eks.ManagedNodeGroup(
@@ -177,7 +180,7 @@ class Cluster(pulumi.ComponentResource):
 
         aws.eks.Addon(
             f"{name}-coredns",
-            cluster_name=config.name,
+            cluster_name=cluster_name,
             addon_name="coredns",
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",

@@ -29,81 +29,85 @@ class Network(pulumi.ComponentResource):
         config: NetworkConfig,
         zones: tuple[str, ...],
         cluster_name: str,
+        record: dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`zones`: zones of the subnets, in order (the GPU zone among them); `cluster_name`: for the
-        `kubernetes.io/cluster/<name>` subnet tags."""
+        """`zones`: zones of the subnets (the GPU zone among them); `cluster_name`: for the
+        `kubernetes.io/cluster/<name>` subnet tags and the Name tags; `record`: the stack's record
+        (planning/zones.py StackRecord), tagged on the VPC so later runs read it back."""
         super().__init__("ray-llm-eks:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         cluster_tag = {f"kubernetes.io/cluster/{cluster_name}": "shared"}
+
+        def named(what: str) -> dict[str, str]:
+            return {"Name": f"{cluster_name}-{what}"}
 
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=str(config.vpc_cidr),
             enable_dns_hostnames=True,  # EKS nodes register by their private DNS names
             enable_dns_support=True,
-            tags={"Name": f"{name}-vpc", **cluster_tag},
+            tags={**named("vpc"), **cluster_tag, **record},
             opts=child,
         )
-        gateway = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=vpc.id, tags={"Name": f"{name}-igw"}, opts=child
-        )
+        gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=named("igw"), opts=child)
         public_routes = aws.ec2.RouteTable(
             f"{name}-public",
             vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=gateway.id)],
-            tags={"Name": f"{name}-public"},
+            tags=named("public"),
             opts=child,
         )
+
+        def subnet(kind: str, zone: str, cidr: str, role_tag: str) -> aws.ec2.Subnet:
+            return aws.ec2.Subnet(
+                f"{name}-{kind}-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,  # nothing here needs a public IP but the NAT's EIP
+                tags={**named(f"{kind}-{zone}"), role_tag: "1", **cluster_tag},
+                opts=child,
+            )
+
+        def associate(kind: str, zone: str, subnet: aws.ec2.Subnet, table: aws.ec2.RouteTable) -> None:
+            aws.ec2.RouteTableAssociation(
+                f"{name}-{kind}-{zone}", subnet_id=subnet.id, route_table_id=table.id, opts=child
+            )
+
+        def nat_gateway(zone: str, public: aws.ec2.Subnet) -> pulumi.Output[str]:
+            # The EIP can only be associated once the VPC has an internet gateway.
+            after_gateway = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[gateway]))
+            eip = aws.ec2.Eip(
+                f"{name}-nat-{zone}", domain="vpc", tags=named(f"nat-{zone}"), opts=after_gateway
+            )
+            return aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=eip.id,
+                subnet_id=public.id,
+                tags=named(f"nat-{zone}"),
+                opts=after_gateway,
+            ).id
 
         public_ids: list[pulumi.Output[str]] = []
         private_ids: list[pulumi.Output[str]] = []
         self.private_subnet_by_zone = {}
         nat_ids: list[pulumi.Output[str]] = []
         for plan in plan_subnets(config.vpc_cidr, zones):
-            public = aws.ec2.Subnet(
-                f"{name}-public-{plan.zone}",
-                vpc_id=vpc.id,
-                cidr_block=plan.public_cidr,
-                availability_zone=plan.zone,
-                map_public_ip_on_launch=False,  # nothing here needs a public IP but the NAT's EIP
-                tags={"Name": f"{name}-public-{plan.zone}", "kubernetes.io/role/elb": "1", **cluster_tag},
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-{plan.zone}",
-                subnet_id=public.id,
-                route_table_id=public_routes.id,
-                opts=child,
-            )
-            private = aws.ec2.Subnet(
-                f"{name}-private-{plan.zone}",
-                vpc_id=vpc.id,
-                cidr_block=plan.private_cidr,
-                availability_zone=plan.zone,
-                map_public_ip_on_launch=False,
-                tags={
-                    "Name": f"{name}-private-{plan.zone}",
-                    "kubernetes.io/role/internal-elb": "1",
-                    **cluster_tag,
-                },
-                opts=child,
-            )
+            public = subnet("public", plan.zone, plan.public_cidr, "kubernetes.io/role/elb")
+            associate("public", plan.zone, public, public_routes)
+            private = subnet("private", plan.zone, plan.private_cidr, "kubernetes.io/role/internal-elb")
             if config.nat_gateways == "perAz" or not nat_ids:
-                nat_ids.append(self._nat_gateway(name, plan.zone, public, gateway, child))
+                nat_ids.append(nat_gateway(plan.zone, public))
             private_routes = aws.ec2.RouteTable(
                 f"{name}-private-{plan.zone}",
                 vpc_id=vpc.id,
+                # perAz: the zone's own NAT gateway; single: the one NAT gateway.
                 routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat_ids[-1])],
-                tags={"Name": f"{name}-private-{plan.zone}"},
+                tags=named(f"private-{plan.zone}"),
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-{plan.zone}",
-                subnet_id=private.id,
-                route_table_id=private_routes.id,
-                opts=child,
-            )
+            associate("private", plan.zone, private, private_routes)
             public_ids.append(public.id)
             private_ids.append(private.id)
             self.private_subnet_by_zone[plan.zone] = private.id
@@ -118,27 +122,3 @@ class Network(pulumi.ComponentResource):
                 "publicSubnetIds": self.public_subnet_ids,
             }
         )
-
-    @staticmethod
-    def _nat_gateway(
-        name: str,
-        zone: str,
-        public: aws.ec2.Subnet,
-        gateway: aws.ec2.InternetGateway,
-        child: pulumi.ResourceOptions,
-    ) -> pulumi.Output[str]:
-        eip = aws.ec2.Eip(
-            f"{name}-nat-{zone}",
-            domain="vpc",
-            tags={"Name": f"{name}-nat-{zone}"},
-            # The EIP can only be associated once the VPC has an internet gateway.
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[gateway])),
-        )
-        nat = aws.ec2.NatGateway(
-            f"{name}-nat-{zone}",
-            allocation_id=eip.id,
-            subnet_id=public.id,
-            tags={"Name": f"{name}-nat-{zone}"},
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[gateway])),
-        )
-        return nat.id

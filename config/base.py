@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 
@@ -59,8 +59,15 @@ def _check_quantity(value: str) -> str:
     return value
 
 
-Quantity = Annotated[str, AfterValidator(_check_quantity)]
-"""A Kubernetes resource quantity (`2`, `500m`, `8Gi`)."""
+def _number_as_text(value: object) -> object:
+    """YAML reads `cpuRequest: 2` as a number; as a quantity it means what `"2"` means."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_number_as_text), AfterValidator(_check_quantity)]
+"""A Kubernetes resource quantity (`2`, `500m`, `8Gi`); a YAML number is read as the same quantity."""
 
 
 def quantity_value(value: str) -> float:
@@ -74,3 +81,16 @@ def quantity_value(value: str) -> float:
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
     return float(value)  # exponent form such as 1e3
+
+
+class InstanceSpec(StrictModel):
+    """An instance type described in the stack file, for types the catalog in planning/catalog.py does
+    not know. Figures as EC2's DescribeInstanceTypes reports them; GPU memory as the driver reports it."""
+
+    vcpu: int = Field(ge=1, description="vCPUs.")
+    memory_gib: int = Field(ge=1, description="Memory in GiB.")
+    gpus: int = Field(0, ge=0, description="GPUs.")
+    gpu_model: str = Field("", description="GPU model, e.g. `L4` (for messages).")
+    gpu_memory_gib: float = Field(0, ge=0, description="Memory per GPU in GiB, as nvidia-smi reports it.")
+    efa_interfaces: int = Field(0, ge=0, description="Maximum EFA interfaces; 0 without EFA.")
+    gpudirect_rdma: bool = Field(False, description="Whether the GPUs register memory with EFA directly.")

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from config import versions
-from config.base import StrictModel
+from config.base import InstanceSpec, StrictModel
 from config.network import AvailabilityZone
 
 IamPrincipalArn = Annotated[
@@ -20,10 +20,12 @@ LogType = Literal["api", "audit", "authenticator", "controllerManager", "schedul
 class ClusterConfig(StrictModel):
     """The EKS control plane: version, API endpoint access, admins, logs, secrets encryption."""
 
-    name: str = Field(
-        "ray-llm-multinode",
+    name: str | None = Field(
+        None,
         pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$",
-        description="EKS cluster name (letters, digits, hyphens; at most 100).",
+        description="EKS cluster name (letters, digits, hyphens; at most 100). Default: `<project>-<stack>`, "
+        "so stacks in one account and region never collide. The control-plane log group and the stack's "
+        "Name tags derive from it.",
     )
     kubernetes_version: str = Field(
         versions.KUBERNETES_VERSION,
@@ -43,8 +45,14 @@ class ClusterConfig(StrictModel):
     )
     admin_principal_arns: list[IamPrincipalArn] = Field(
         [],
-        description="IAM roles or users given cluster-admin through EKS access entries, in addition to "
-        "whoever runs `pulumi up` (EKS makes the creator admin itself).",
+        description="IAM roles or users given cluster-admin through EKS access entries. Whoever creates the "
+        "cluster is admin already (EKS's own entry); listing it too is fine, the stack skips that entry.",
+    )
+    viewer_principal_arns: list[IamPrincipalArn] = Field(
+        [],
+        description="IAM roles or users given read-only access (EKS access policy "
+        "`AmazonEKSAdminViewPolicy`: every object, Secrets included, nothing writable), e.g. the role CI "
+        "runs `pulumi preview` with.",
     )
     log_types: list[LogType] = Field(
         ["api", "audit", "authenticator"],
@@ -80,6 +88,11 @@ class NodeGroupConfig(StrictModel):
     min_size: int
     desired_size: int
     max_size: int
+    instance_spec: InstanceSpec | None = Field(
+        None,
+        description="Describe `instanceType` here when planning/catalog.py does not know it (vCPU, memory, "
+        "GPUs, GPU memory, EFA interfaces, GPUDirect RDMA); it wins over the catalog.",
+    )
 
     @model_validator(mode="after")
     def _ordered_sizes(self) -> NodeGroupConfig:
@@ -127,8 +140,9 @@ class GpuNodesConfig(NodeGroupConfig):
     max_size: int = Field(2, ge=1, description="Maximum number of GPU nodes.")
     availability_zone: AvailabilityZone | None = Field(
         None,
-        description="The one zone the GPU nodes live in (EFA does not cross zones). Default: the first "
-        "cluster zone that offers the instance type.",
+        description="The one zone the GPU nodes live in (EFA does not cross zones). Default: on the first "
+        "`up`, the first cluster zone that offers the instance type; after that, the zone the stack "
+        "recorded on its VPC.",
     )
     disk_size_gib: int = Field(
         200, ge=50, le=16384, description="Root volume of each GPU node (image ~15 GiB, model cache)."

@@ -17,9 +17,9 @@ class NetworkConfig(StrictModel):
 
     vpc_cidr: IPv4Network = Field(
         IPv4Network("10.0.0.0/16"),
-        description="IPv4 range of the VPC, a private range from /16 to /20. Private subnets take the "
-        "first three quarters (pods get VPC addresses from them), public subnets for the NAT gateways "
-        "a slice of the last quarter.",
+        description="IPv4 range of the VPC, a private range from /16 to /19, cut in eighths: zone a's "
+        "private subnet is the first eighth, b's the second, and so on (pods get VPC addresses there, "
+        "so at least 1024 each); the public subnets of the NAT gateways are slices of the last eighth.",
     )
     nat_gateways: Literal["single", "perAz"] = Field(
         "single",
@@ -28,12 +28,13 @@ class NetworkConfig(StrictModel):
     )
     availability_zones: list[AvailabilityZone] | None = Field(
         None,
-        description="Availability zones of the cluster's subnets. Default: the zones of the region that "
-        "offer the GPU instance type, at most `maxAvailabilityZones` of them. Each must offer the GPU "
-        "type; EKS needs at least two.",
+        description="Availability zones of the cluster's subnets; two or three, each offering the GPU "
+        "type when first used. Default: on the first `up`, the first zones of the region that offer "
+        "it (at most `maxAvailabilityZones`); after that, the zones the stack recorded on its VPC, "
+        "whatever AWS starts or stops offering.",
     )
     max_availability_zones: int = Field(
-        3, ge=2, le=3, description="With `availabilityZones` unset: how many offering zones to use."
+        3, ge=2, le=3, description="With `availabilityZones` unset, on the first `up`: how many zones."
     )
 
     @field_validator("vpc_cidr")
@@ -41,8 +42,8 @@ class NetworkConfig(StrictModel):
     def _private_and_sized(cls, value: IPv4Network) -> IPv4Network:
         if not value.is_private:
             raise ValueError(f"{value} is not a private range; use e.g. 10.0.0.0/16")
-        if not 16 <= value.prefixlen <= 20:
-            raise ValueError(f"{value} must be a /16 to /20 so each zone gets room for its pods")
+        if not 16 <= value.prefixlen <= 19:
+            raise ValueError(f"{value} must be a /16 to /19 so each zone gets room for its pods")
         return value
 
     @field_validator("availability_zones")

@@ -56,10 +56,12 @@ class ServingConfig(StrictModel):
     namespace: DnsLabel = Field("inference", description="Namespace of the RayService.")
     name: str = Field(
         "ray-llm",
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        # KubeRay refuses anything but a DNS-1035 label of at most 47 characters, and the RayService
+        # then never becomes Ready (ray-operator/controllers/ray/utils/validation.go).
+        pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
         max_length=47,
-        description="RayService name (KubeRay allows 47 characters); the endpoint Service is "
-        "`<name>-serve-svc`.",
+        description="RayService name: a DNS-1035 label (a lower-case letter first) of at most 47 "
+        "characters, as KubeRay requires; the endpoint Service is `<name>-serve-svc`.",
     )
     application_name: DnsLabel = Field(
         "qwen", description="Name of the Ray Serve application (the seed's `qwen`)."
@@ -149,6 +151,11 @@ class ModelConfig(StrictModel):
         {},
         description="Further vLLM engine arguments for both sides (e.g. `trust_remote_code`). Keys that "
         "other settings own are refused.",
+    )
+    fit_check: Literal["fail", "warn"] = Field(
+        "fail",
+        description="What a model that does not fit the GPUs does to preview: `fail` refuses the stack, "
+        "`warn` logs how far off it is and goes on (for an estimate you know to be pessimistic).",
     )
     parameters_billions: float | None = Field(
         None,

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError
 
 from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
@@ -50,22 +50,25 @@ class Settings(StrictModel):
         "huggingFaceToken hf_...`. It reaches the pods only through a Kubernetes Secret.",
     )
 
-    @model_validator(mode="after")
-    def _zones_in_region(self) -> Settings:
-        zones = list(self.network.availability_zones or [])
-        if self.gpu_nodes.availability_zone:
-            zones.append(self.gpu_nodes.availability_zone)
-        foreign = sorted({z for z in zones if z[:-1] != self.region})
+
+def _cross_section_problems(settings: Settings, project: str) -> list[str]:
+    """Rules between sections, each naming every key it involves."""
+    problems = []
+    zones = {f"{project}:network.availabilityZones": settings.network.availability_zones or []}
+    if settings.gpu_nodes.availability_zone:
+        zones[f"{project}:gpuNodes.availabilityZone"] = [settings.gpu_nodes.availability_zone]
+    for key, values in zones.items():
+        foreign = sorted(z for z in values if z[:-1] != settings.region)
         if foreign:
-            raise ValueError(f"availability zones {foreign} are not in aws:region {self.region}")
-        cluster_zones = self.network.availability_zones
-        gpu_zone = self.gpu_nodes.availability_zone
-        if cluster_zones and gpu_zone and gpu_zone not in cluster_zones:
-            raise ValueError(
-                f"gpuNodes.availabilityZone {gpu_zone} must be one of network.availabilityZones "
-                f"{cluster_zones}"
-            )
-        return self
+            problems.append(f"{key}: {foreign} are not in {REGION_KEY} {settings.region}")
+    cluster_zones = settings.network.availability_zones
+    gpu_zone = settings.gpu_nodes.availability_zone
+    if cluster_zones and gpu_zone and gpu_zone not in cluster_zones:
+        problems.append(
+            f"{project}:gpuNodes.availabilityZone: {gpu_zone} must be one of "
+            f"{project}:network.availabilityZones {cluster_zones}"
+        )
+    return problems
 
 
 def _section_fields() -> dict[str, str]:
@@ -88,6 +91,7 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
         if namespace != project:
             continue
         if name not in sections:
+            # Reported with every other problem: the rest is still validated.
             problems.append(
                 f"{key}: unknown key; the keys of this project are "
                 + ", ".join(f"{project}:{k}" for k in sorted(sections))
@@ -109,14 +113,16 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
     region = raw.get(REGION_KEY)
     if not region:
         problems.append(f"{REGION_KEY}: not set; run `pulumi config set aws:region <region>`")
-    else:
-        data["region"] = region
+        region = "us-east-1"  # a stand-in, so the sections are still checked
+    data["region"] = region
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(problems + _describe(error, project)) from None
+    problems += _cross_section_problems(settings, project)
     if problems:
         raise ConfigError(problems)
-    try:
-        return Settings.model_validate(data)
-    except ValidationError as error:
-        raise ConfigError(_describe(error, project)) from None
+    return settings
 
 
 def _secret_value(value: Any) -> str:
@@ -139,13 +145,18 @@ def _describe(error: ValidationError, project: str) -> list[str]:
         elif loc:
             key = f"{project}:{loc[0]}" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc[1:])
         else:
-            key = f"{project} (across sections)"
+            key = project
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             allowed = _allowed_keys(item["loc"][:-1])
             problems.append(f"{key}: unknown key; allowed here: {', '.join(allowed)}")
         elif item["type"] in _NO_INPUT_SHOWN:
             problems.append(f"{key}: {message}")
+        elif item["type"] == "string_type" and isinstance(item["input"], int | float):
+            problems.append(
+                f"{key}: YAML read this as the number {item['input']!r}; quote it in the stack file "
+                '(e.g. "1.30", which as a number would be 1.3)'
+            )
         else:
             problems.append(f"{key}: {message} (got {item['input']!r})")
     return problems

@@ -91,13 +91,17 @@ class RayServiceManifest(K8sModel):
 
 def ready_annotations(settings: Settings) -> dict[str, str]:
     """pulumi-kubernetes' await rules: `pulumi up` returns once the RayService is Ready (KubeRay: serve
-    endpoints exist, for the current generation) and the application reports RUNNING."""
+    endpoints exist, for the current generation) and the application reports RUNNING.
+
+    The application is named in bracket notation: pulumi-kubernetes parses the path per RFC 9535
+    (since 4.24), where `.qwen-pd` is a syntax error and `['qwen-pd']` is not. Application names are
+    DNS labels, so nothing inside the quotes needs escaping."""
     app = settings.serving.application_name
     return {
         "pulumi.com/waitFor": json.dumps(
             [
                 "condition=Ready",
-                f"jsonpath={{.status.activeServiceStatus.applicationStatuses.{app}.status}}=RUNNING",
+                f"jsonpath={{.status.activeServiceStatus.applicationStatuses['{app}'].status}}=RUNNING",
             ]
         ),
         "pulumi.com/timeoutSeconds": str(settings.serving.ready_timeout_minutes * 60),

@@ -126,7 +126,7 @@ def main(
 def _render(args: argparse.Namespace) -> int:
     from ops.render import render_manifests
 
-    sys.stdout.write(render_manifests(load_stack_settings(args.root, args.stack)))
+    sys.stdout.write(render_manifests(load_stack_settings(args.root, args.stack), args.stack))
     return 0
 
 

@@ -28,14 +28,14 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _str_representer)
 
 
-def manifests(settings: Settings) -> list[dict[str, Any]]:
-    serving = build_serving(settings, plan_stack(settings))
+def manifests(settings: Settings, stack: str) -> list[dict[str, Any]]:
+    serving = build_serving(settings, plan_stack(settings, stack=stack))
     return [serving.namespace, serving.rayservice.to_dict()]
 
 
-def render_manifests(settings: Settings) -> str:
+def render_manifests(settings: Settings, stack: str) -> str:
     text = yaml.dump_all(
-        manifests(settings), Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=110
+        manifests(settings, stack), Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=110
     )
     if settings.hugging_face_token:
         # The token is encrypted in the stack file; only the Pulumi program can create the Secret.

@@ -1,13 +1,21 @@
-"""Who may administer the cluster, and the partition its ARNs live in.
+"""Who may use the cluster's Kubernetes API, and the partition its ARNs live in.
 
-EKS already makes whoever creates the cluster an admin (pulumi-eks sets
-bootstrapClusterCreatorAdminPermissions); a second access entry for the same principal fails at
-`up` with ResourceInUseException, so `check_admins` refuses it before any resource exists.
+EKS makes whoever creates the cluster an admin with an access entry of its own (pulumi-eks keeps
+`bootstrapClusterCreatorAdminPermissions` on). A second entry for that principal fails with
+ResourceInUseException, so the creator, recorded on the stack's VPC (planning/zones.py), is skipped
+when listed; every other listed principal gets its entry, whoever runs `pulumi up`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from config import PROJECT, ConfigError, Settings
+
+ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+VIEWER_POLICY = "AmazonEKSAdminViewPolicy"
+"""Read every object, Secrets included (Helm keeps releases in Secrets, so a preview reads them),
+change nothing."""
 
 
 def partition_of(region: str) -> str:
@@ -19,34 +27,52 @@ def partition_of(region: str) -> str:
     return "aws"
 
 
-def deployer_role_arn(caller_arn: str) -> str:
-    """The IAM principal behind STS's caller ARN: an assumed role's session ARN
-    (`arn:aws:sts::123:assumed-role/Name/session`) names the role `arn:aws:iam::123:role/Name`."""
-    _, partition, service, _, account, resource = caller_arn.split(":", 5)
-    if service == "sts" and resource.startswith("assumed-role/"):
-        return f"arn:{partition}:iam::{account}:role/{resource.split('/')[1]}"
-    return caller_arn
+def principal_key(arn: str) -> tuple[str, str, str]:
+    """(account, kind, name) of an IAM role or user ARN. A role's path is left out: STS session ARNs
+    drop it, so a role is the same role with or without it."""
+    account, resource = arn.split(":")[4], arn.split(":", 5)[5]
+    kind, _, rest = resource.partition("/")
+    return account, kind, rest.rsplit("/", 1)[-1]
 
 
-def _role_key(arn: str) -> tuple[str, str] | None:
-    """(account, role name) of a role ARN; STS session ARNs drop the role's path, so compare these."""
-    if ":role/" not in arn:
-        return None
-    return arn.split(":")[4], arn.rsplit("/", 1)[-1]
+@dataclass(frozen=True)
+class AccessEntry:
+    principal_arn: str
+    policy: str
+    """Name of the EKS access policy, associated at cluster scope."""
+
+    @property
+    def key(self) -> str:
+        """Stable per principal, so adding or removing one principal touches only its own entry."""
+        account, kind, name = principal_key(self.principal_arn)
+        role = "admin" if self.policy == ADMIN_POLICY else "viewer"
+        return f"{role}-{account}-{kind}-{name}"
 
 
-def check_admins(settings: Settings, caller_arn: str) -> None:
-    deployer = deployer_role_arn(caller_arn)
-    duplicates = [
-        arn
-        for arn in settings.cluster.admin_principal_arns
-        if arn == deployer or (_role_key(arn) is not None and _role_key(arn) == _role_key(deployer))
-    ]
-    if duplicates:
+@dataclass(frozen=True)
+class AccessPlan:
+    entries: tuple[AccessEntry, ...]
+    notes: tuple[str, ...] = ()
+
+
+def plan_access(settings: Settings, creator: str | None) -> AccessPlan:
+    """Access entries for the listed admins and viewers, less the cluster's creator."""
+    cluster = settings.cluster
+    admins = {principal_key(a) for a in cluster.admin_principal_arns}
+    both = sorted(a for a in cluster.viewer_principal_arns if principal_key(a) in admins)
+    if both:
         raise ConfigError(
             [
-                f"{PROJECT}:cluster.adminPrincipalArns: {duplicates} is the identity running Pulumi "
-                f"({caller_arn}), which EKS already makes cluster admin; a second access entry for it "
-                "fails, so remove it"
+                f"{PROJECT}:cluster.viewerPrincipalArns: {both} are also in "
+                f"{PROJECT}:cluster.adminPrincipalArns; a principal has one access entry, so list it once"
             ]
         )
+    entries, notes = [], []
+    listed = [(a, ADMIN_POLICY) for a in cluster.admin_principal_arns]
+    listed += [(v, VIEWER_POLICY) for v in cluster.viewer_principal_arns]
+    for arn, policy in listed:
+        if creator and principal_key(arn) == principal_key(creator):
+            notes.append(f"{arn} created the cluster, so EKS made it admin already: no access entry of ours")
+            continue
+        entries.append(AccessEntry(arn, policy))
+    return AccessPlan(entries=tuple(entries), notes=tuple(notes))

@@ -72,8 +72,8 @@ class WorkerResources:
     memory_gib: float
 
 
-def worker_resources(spec: InstanceType, per_node: int, worker: WorkerConfig) -> WorkerResources:
-    """CPU and memory of one GPU worker pod: the node's share after what the node keeps for itself.
+def worker_share(spec: InstanceType, per_node: int) -> tuple[int, int]:
+    """(vCPU, GiB) one GPU worker pod can have: the node's share after what the node keeps for itself.
 
     The node keeps max(2, vCPU/16) vCPUs and 8 % of its memory + 4 GiB for the kubelet's reservation
     (EKS AL2023: ~255 MiB + 11 MiB per pod), eviction threshold and the DaemonSets (aws-node,
@@ -82,9 +82,27 @@ def worker_resources(spec: InstanceType, per_node: int, worker: WorkerConfig) ->
     """
     cpu_free = spec.vcpu - max(2, spec.vcpu // 16)
     memory_free = spec.memory_gib - (math.ceil(spec.memory_gib * 0.08) + 4)
-    cpu = worker.cpu or str(max(1, cpu_free // max(per_node, 1)))
-    memory = worker.memory or f"{max(1, memory_free // max(per_node, 1))}Gi"
+    return max(1, cpu_free // max(per_node, 1)), max(1, memory_free // max(per_node, 1))
+
+
+def worker_resources(spec: InstanceType, per_node: int, worker: WorkerConfig) -> WorkerResources:
+    """CPU and memory of one GPU worker pod: `serving.worker` overrides, else the node's share."""
+    cpu_share, memory_share = worker_share(spec, per_node)
+    cpu = worker.cpu or str(cpu_share)
+    memory = worker.memory or f"{memory_share}Gi"
     return WorkerResources(cpu=cpu, memory=memory, memory_gib=quantity_value(memory) / GIB)
+
+
+SYSTEM_NODE_RESERVED_CPU = 1.0
+"""vCPU a system node keeps for the kubelet's reservation and its system pods (coredns 2 x 0.1,
+KubeRay 0.1, kube-proxy 0.1, aws-node 0.025, ...)."""
+SYSTEM_NODE_RESERVED_GIB = 3
+"""Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
+
+
+def system_node_free(spec: InstanceType) -> tuple[float, float]:
+    """(vCPU, bytes) a system node offers the Ray head beside the system pods."""
+    return spec.vcpu - SYSTEM_NODE_RESERVED_CPU, (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
 
 
 @dataclass(frozen=True)
@@ -161,13 +179,15 @@ def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per
     tp = model.tensor_parallel_size
     if weights / tp > report.budget_gib:
         problems.append(
-            f"weights {weights / tp:.1f} GiB per GPU exceed the {report.budget_gib:.1f} GiB budget of {gpu}"
+            f"weights {weights / tp:.1f} GiB per GPU exceed the {report.budget_gib:.1f} GiB budget of {gpu} "
+            f"by {weights / tp - report.budget_gib:.1f} GiB"
         )
     elif report.need_gib > report.budget_gib:
         problems.append(
             f"weights {weights / tp:.1f} GiB + runtime {report.overhead_gib:.1f} GiB + KV cache "
             f"{report.kv_cache_gib / tp:.2f} GiB for model.maxModelLen {model.max_model_len} need "
-            f"{report.need_gib:.1f} GiB per GPU, above the {report.budget_gib:.1f} GiB budget of {gpu}; "
+            f"{report.need_gib:.1f} GiB per GPU, {report.need_gib - report.budget_gib:.1f} GiB above the "
+            f"{report.budget_gib:.1f} GiB budget of {gpu}; "
             "lower maxModelLen, raise gpuMemoryUtilization or tensorParallelSize, or pick a larger GPU"
         )
     if resources.memory_gib < checkpoint + HOST_OVERHEAD_GIB:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from config.base import InstanceSpec
+
 
 @dataclass(frozen=True)
 class InstanceType:
@@ -140,7 +142,21 @@ CATALOG: dict[str, InstanceType] = {
 }
 
 
-def lookup(name: str) -> InstanceType | None:
+def lookup(name: str, described: InstanceSpec | None = None) -> InstanceType | None:
+    """The type as the stack file describes it (`instanceSpec`), else as the catalog knows it."""
+    if described is not None:
+        return InstanceType(
+            name=name,
+            vcpu=described.vcpu,
+            memory_gib=described.memory_gib,
+            gpus=described.gpus,
+            gpu_model=described.gpu_model or "GPU",
+            gpu_memory_gb=round(described.gpu_memory_gib * 2**30 / 1e9),
+            gpu_memory_gib=described.gpu_memory_gib,
+            efa_interfaces=described.efa_interfaces,
+            gpudirect_rdma=described.gpudirect_rdma,
+            source="the stack file's instanceSpec",
+        )
     return CATALOG.get(name)
 
 

@@ -1,24 +1,42 @@
 """Everything that follows from a stack's settings and the hardware it names, decided once.
 
-`plan_stack` refuses, naming the keys, every setting the hardware cannot carry: a GPU type that is not
-catalogued or has no GPU or EFA, a tensor-parallel size above the node's GPUs, more workers than the
-nodes host, a zero-downtime upgrade without room for a second cluster, a model that does not fit.
+`plan_stack` refuses, naming the keys, every setting the hardware cannot carry and every pod that could
+never be scheduled: a GPU type that is unknown or has no GPU or EFA, a tensor-parallel size above the
+node's GPUs, more workers than the nodes host, worker CPU, memory or /dev/shm beyond what a node offers,
+a Ray head that does not fit a system node, a zero-downtime upgrade without room for a second cluster,
+a model that does not fit (unless `model.fitCheck` is `warn`). Otherwise `pulumi up` would wait out its
+whole ready timeout for a pod that cannot be placed.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from config import PROJECT, ConfigError, Settings, versions
-from planning.capacity import FitReport, WorkerResources, fit_report, pods_per_node, worker_resources
+from config.base import quantity_value
+from planning.capacity import (
+    GIB,
+    FitReport,
+    WorkerResources,
+    fit_report,
+    pods_per_node,
+    system_node_free,
+    worker_resources,
+    worker_share,
+)
 from planning.catalog import InstanceType, known_types, lookup
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
 @dataclass(frozen=True)
 class Plan:
+    cluster_name: str
+    """EKS cluster name: `cluster.name`, else derived from project and stack."""
     gpu: InstanceType
-    """The GPU node type, as the catalog describes it."""
+    """The GPU node type, as the stack file or the catalog describes it."""
+    system: InstanceType | None
+    """The system node type, when the stack file or the catalog describes it."""
     gpu_pods_per_node: int
     """GPU worker pods one GPU node hosts (GPUs / tensorParallelSize, at most one per EFA interface)."""
     gpu_workers: int
@@ -31,60 +49,132 @@ class Plan:
     """How a Ray cluster change rolls out."""
     image: str
     """The Ray LLM image the head and workers run."""
+    warnings: tuple[str, ...] = ()
+    """What preview should say but not refuse."""
 
 
-def _gpu_type(name: str) -> InstanceType:
-    allowed = ", ".join(known_types(gpu=True, efa=True))
-    spec = lookup(name)
+def default_cluster_name(stack: str) -> str:
+    """`<project>-<stack>`, cut to what EKS accepts (letters, digits, hyphens, at most 100)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", f"{PROJECT}-{stack}")[:100].rstrip("-")
+
+
+def _gpu_type(settings: Settings) -> InstanceType:
+    nodes = settings.gpu_nodes
+    spec = lookup(nodes.instance_type, nodes.instance_spec)
     if spec is None:
-        reason = f"{name!r} is not in the instance catalog"
+        reason = (
+            f"{nodes.instance_type!r} is not in the instance catalog; describe it with "
+            f"{PROJECT}:gpuNodes.instanceSpec, or pick a catalogued type"
+        )
     elif not spec.has_gpu:
-        reason = f"{name!r} has no GPU"
+        reason = f"{nodes.instance_type!r} has no GPU"
     elif not spec.has_efa:
-        reason = f"{name!r} has no EFA, so NIXL could not move the KV cache over EFA"
+        reason = f"{nodes.instance_type!r} has no EFA, so NIXL could not move the KV cache over EFA"
     else:
         return spec
-    raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; allowed: {allowed}"])
+    allowed = ", ".join(known_types(gpu=True, efa=True))
+    raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; catalogued: {allowed}"])
 
 
-def plan_stack(settings: Settings) -> Plan:
+def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int) -> list[str]:
+    """Worker pods that could never be scheduled, or never start."""
+    worker = settings.serving.worker
+    cpu_share, memory_share = worker_share(gpu, per_node)
+    where = f"{per_node} worker(s) per {gpu.name}"
+    problems = []
+    if worker.cpu and quantity_value(worker.cpu) > cpu_share:
+        problems.append(
+            f"{PROJECT}:serving.worker.cpu: {worker.cpu} is more than a node offers a worker "
+            f"({cpu_share} with {where}); the pod could never be scheduled"
+        )
+    if worker.memory and quantity_value(worker.memory) > memory_share * GIB:
+        problems.append(
+            f"{PROJECT}:serving.worker.memory: {worker.memory} is more than a node offers a worker "
+            f"({memory_share}Gi with {where}); the pod could never be scheduled"
+        )
+    memory = worker.memory or f"{memory_share}Gi"
+    if quantity_value(worker.shm_size) >= quantity_value(memory):
+        problems.append(
+            f"{PROJECT}:serving.worker.shmSize: {worker.shm_size} of memory-backed /dev/shm counts against "
+            f"the worker's memory {memory} and must stay well below it"
+        )
+    return problems
+
+
+def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]:
+    if system is None:
+        return []
+    head = settings.serving.head
+    cpu_free, memory_free = system_node_free(system)
+    problems = []
+    if quantity_value(head.cpu_request) > cpu_free:
+        problems.append(
+            f"{PROJECT}:serving.head.cpuRequest: {head.cpu_request} does not fit a "
+            f"{PROJECT}:systemNodes.instanceType {system.name} beside the system pods "
+            f"({cpu_free:g} vCPU free)"
+        )
+    if quantity_value(head.memory_request) > memory_free:
+        problems.append(
+            f"{PROJECT}:serving.head.memoryRequest: {head.memory_request} does not fit a "
+            f"{PROJECT}:systemNodes.instanceType {system.name} beside the system pods "
+            f"({memory_free / GIB:g}Gi free)"
+        )
+    return problems
+
+
+def plan_stack(settings: Settings, *, stack: str) -> Plan:
     """Raises ConfigError naming every key involved when the hardware cannot carry the settings."""
-    gpu = _gpu_type(settings.gpu_nodes.instance_type)
+    gpu = _gpu_type(settings)
     model = settings.model
     tp = model.tensor_parallel_size
     if tp > gpu.gpus:
         raise ConfigError(
             [
                 f"{PROJECT}:model.tensorParallelSize: {tp} needs {tp} GPUs in one pod, but "
-                f"gpuNodes.instanceType {gpu.name} has {gpu.gpus}"
+                f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus}"
             ]
+        )
+    system_nodes = settings.system_nodes
+    system = lookup(system_nodes.instance_type, system_nodes.instance_spec)
+    warnings = []
+    if system is None:
+        warnings.append(
+            f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
+            f"catalog: describe it with {PROJECT}:systemNodes.instanceSpec so preview can check that the "
+            "Ray head fits"
         )
     per_node = pods_per_node(gpu, tp)
     workers = model.prefill_replicas + model.decode_replicas
     capacity = settings.gpu_nodes.desired_size * per_node
-    problems: list[str] = []
+    problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node)
     if workers > capacity:
         problems.append(
             f"{PROJECT}:model.prefillReplicas + model.decodeReplicas = {workers} GPU workers, but "
-            f"gpuNodes.desiredSize {settings.gpu_nodes.desired_size} x {per_node} worker(s) per "
+            f"{PROJECT}:gpuNodes.desiredSize {settings.gpu_nodes.desired_size} x {per_node} worker(s) per "
             f"{gpu.name} hosts only {capacity}; raise gpuNodes.desiredSize (and maxSize)"
         )
     try:
-        upgrade = plan_upgrades(settings, capacity, workers)
+        upgrade = plan_upgrades(settings, system, capacity, workers)
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
     fit = fit_report(model, gpu, settings.serving.worker, per_node)
     if not fit.fits:
-        problems.append(f"{PROJECT}:model: {fit.summary()}")
+        if model.fit_check == "warn":
+            warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
+        else:
+            problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
     return Plan(
+        cluster_name=settings.cluster.name or default_cluster_name(stack),
         gpu=gpu,
+        system=system,
         gpu_pods_per_node=per_node,
         gpu_workers=workers,
         worker=worker_resources(gpu, per_node, settings.serving.worker),
         fit=fit,
         upgrade=upgrade,
         image=settings.serving.image or versions.regional_image(settings.region),
+        warnings=tuple(warnings),
     )

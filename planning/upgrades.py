@@ -16,17 +16,11 @@ from typing import Literal
 
 from config import PROJECT, Settings
 from config.base import quantity_value
-from planning.capacity import GIB
-from planning.catalog import lookup
+from planning.capacity import system_node_free
+from planning.catalog import InstanceType
 
 RAY_CLUSTER_CONFIG_PATH = "spec.rayClusterConfig"
 """The RayService field whose change means a new Ray cluster."""
-
-SYSTEM_NODE_RESERVED_CPU = 1.0
-"""vCPU a system node keeps for the kubelet's reservation and its system pods (coredns 2 x 0.1,
-KubeRay 0.1, kube-proxy 0.1, aws-node 0.025, ...)."""
-SYSTEM_NODE_RESERVED_GIB = 3
-"""Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
 
 
 @dataclass(frozen=True)
@@ -45,27 +39,27 @@ class UpgradePlan:
         return [] if self.zero_downtime else [RAY_CLUSTER_CONFIG_PATH]
 
 
-def system_nodes_host_two_heads(settings: Settings) -> bool:
+def system_nodes_host_two_heads(settings: Settings, system: InstanceType | None) -> bool:
     """Two system nodes host a head each; one node only if its CPU and memory, less what the node and
-    its system pods (coredns, KubeRay, aws-node, kube-proxy) take, fit both heads' requests."""
+    its system pods take, fit both heads' requests. An unknown system type is assumed not to."""
     if settings.system_nodes.desired_size >= 2:
         return True
-    spec = lookup(settings.system_nodes.instance_type)
-    if spec is None:
+    if system is None:
         return False
     head = settings.serving.head
-    cpu_free = spec.vcpu - SYSTEM_NODE_RESERVED_CPU
-    memory_free = (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
+    cpu_free, memory_free = system_node_free(system)
     return (
         2 * quantity_value(head.cpu_request) <= cpu_free
         and 2 * quantity_value(head.memory_request) <= memory_free
     )
 
 
-def plan_upgrades(settings: Settings, gpu_worker_capacity: int, gpu_workers: int) -> UpgradePlan:
+def plan_upgrades(
+    settings: Settings, system: InstanceType | None, gpu_worker_capacity: int, gpu_workers: int
+) -> UpgradePlan:
     """`gpu_worker_capacity`: worker pods the GPU nodes host; `gpu_workers`: pods one cluster needs.
     Raises ValueError when `newCluster` is asked for without room for a second cluster."""
-    spare = gpu_worker_capacity >= 2 * gpu_workers and system_nodes_host_two_heads(settings)
+    spare = gpu_worker_capacity >= 2 * gpu_workers and system_nodes_host_two_heads(settings, system)
     strategy = settings.serving.upgrade_strategy
     if strategy == "newCluster" and not spare:
         raise ValueError(

@@ -1,21 +1,59 @@
-"""Where the stack's subnets and GPU nodes go, decided from "which zones of this region offer the GPU
-instance type" (EC2 instance-type offerings), and how the VPC's range is cut into subnets there.
+"""Where the stack's subnets and GPU nodes go, and how the VPC's range is cut into subnets there.
 
-EFA traffic does not cross availability zones, so the GPU node group lives in exactly one zone; the
-cluster's subnets span only zones that offer the GPU type, so the node group can always be placed.
+EFA traffic does not cross availability zones, so the GPU node group lives in exactly one zone; on
+day one the cluster's subnets go to zones that offer the GPU type, so the node group can be placed.
 
-Subnet layout (`plan_subnets`): the VPC is cut into four quarters; each cluster zone gets one whole
-quarter as its private subnet (the VPC CNI gives every pod a VPC address there, so it must be
-large), and the public subnets, which hold only NAT gateways, are small slices of the last quarter.
+Nothing AWS changes later may move them. So:
+- a subnet's range is a function of its zone's letter, never of its position in a list
+  (`plan_subnets`), and
+- the zones and the GPU zone a stack chose are recorded as tags on its VPC (`StackRecord`) and read
+  back on every later run, so a new zone that starts offering the GPU type changes nothing. Keys set
+  in the stack file still win, and a zone in use that stops offering the type fails with what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from config import PROJECT, ConfigError, Settings
+
+TAG_STACK = f"{PROJECT}/stack"
+"""On the VPC: `<project>/<stack>`, how a later run finds the stack's record."""
+TAG_ZONES = f"{PROJECT}/zones"
+TAG_GPU_ZONE = f"{PROJECT}/gpu-zone"
+TAG_CREATOR = f"{PROJECT}/cluster-creator"
+
+ZONE_SLOTS = 7
+"""Zones a..g get a private block each; the eighth block holds the public subnets."""
+
+
+@dataclass(frozen=True)
+class StackRecord:
+    """What a deployed stack decided once and keeps: read from its VPC's tags, written back unchanged."""
+
+    zones: tuple[str, ...]
+    gpu_zone: str | None = None
+    creator: str | None = None
+    """IAM principal that created the EKS cluster (EKS made it admin with an entry of its own)."""
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
+        zones = tuple(tags.get(TAG_ZONES, "").split())
+        if not zones:
+            return None
+        return cls(
+            zones=zones, gpu_zone=tags.get(TAG_GPU_ZONE) or None, creator=tags.get(TAG_CREATOR) or None
+        )
+
+    def tags(self, stack_id: str) -> dict[str, str]:
+        tags = {TAG_STACK: stack_id, TAG_ZONES: " ".join(self.zones)}
+        if self.gpu_zone:
+            tags[TAG_GPU_ZONE] = self.gpu_zone
+        if self.creator:
+            tags[TAG_CREATOR] = self.creator
+        return tags
 
 
 @dataclass(frozen=True)
@@ -24,42 +62,83 @@ class ZonePlan:
     """Zones of the cluster's subnets, sorted; at least two (EKS needs two)."""
     gpu_zone: str
     """The one zone of the GPU node group (one of `cluster_zones`)."""
+    warnings: tuple[str, ...] = field(default=())
 
 
-def plan_zones(settings: Settings, offered_zones: Iterable[str]) -> ZonePlan:
+def plan_zones(
+    settings: Settings, offered_zones: Iterable[str], record: StackRecord | None = None
+) -> ZonePlan:
+    """Zones from the stack file, else from the stack's record, else (day one) the first zones that
+    offer the GPU type. Raises ConfigError when the GPU zone cannot host the GPU type."""
     offered = sorted(set(offered_zones))
     instance = settings.gpu_nodes.instance_type
-    where = f"{instance} in {settings.region}"
     problems: list[str] = []
+    warnings: list[str] = []
     configured = settings.network.availability_zones
+    recorded = record.zones if record else ()
     if configured:
-        missing = [z for z in configured if z not in offered]
-        if missing:
+        zones = sorted(configured)
+        new = [z for z in zones if z not in recorded and z not in offered]
+        if new:
             problems.append(
-                f"{PROJECT}:network.availabilityZones: {missing} do not offer {instance}; "
+                f"{PROJECT}:network.availabilityZones: {new} do not offer {instance}; "
                 f"zones that do: {offered or 'none'}"
             )
-        zones = sorted(configured)
+        if recorded and set(recorded) != set(zones):
+            warnings.append(
+                f"{PROJECT}:network.availabilityZones {zones} differ from the zones this stack runs in "
+                f"{list(recorded)}: subnets are added or removed accordingly"
+            )
+    elif recorded:
+        zones = sorted(recorded)
     else:
         zones = offered[: settings.network.max_availability_zones]
         if len(zones) < 2:
             problems.append(
-                f"{PROJECT}:gpuNodes.instanceType: {where} is offered in {len(zones)} zone(s) "
-                f"({offered or 'none'}); EKS needs subnets in two. Pick another region or type."
+                f"{PROJECT}:gpuNodes.instanceType: {instance} in {settings.region} is offered in "
+                f"{len(zones)} zone(s) ({offered or 'none'}); EKS needs subnets in two. Pick another "
+                "region or type."
             )
-    gpu_zone = settings.gpu_nodes.availability_zone
-    if gpu_zone and gpu_zone not in offered:
-        problems.append(
-            f"{PROJECT}:gpuNodes.availabilityZone: {gpu_zone} does not offer {instance}; "
-            f"zones that do: {offered or 'none'}"
-        )
-    elif gpu_zone and gpu_zone not in zones:
-        problems.append(
-            f"{PROJECT}:gpuNodes.availabilityZone: {gpu_zone} is not among the cluster's zones {zones}"
-        )
     if problems:
         raise ConfigError(problems)
-    return ZonePlan(cluster_zones=tuple(zones), gpu_zone=gpu_zone or zones[0])
+    gone = [z for z in zones if z in recorded and z not in offered]
+    gpu_zone = _gpu_zone(settings, zones, offered, record)
+    if [z for z in gone if z != gpu_zone]:
+        warnings.append(
+            f"zones {[z for z in gone if z != gpu_zone]} of this stack no longer offer {instance}; only "
+            "system nodes run there, so nothing changes"
+        )
+    return ZonePlan(cluster_zones=tuple(zones), gpu_zone=gpu_zone, warnings=tuple(warnings))
+
+
+def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: StackRecord | None) -> str:
+    instance = settings.gpu_nodes.instance_type
+    usable = [z for z in zones if z in offered]
+    configured = settings.gpu_nodes.availability_zone
+    key = f"{PROJECT}:gpuNodes.availabilityZone"
+    if configured:
+        if configured not in offered:
+            problem = f"{key}: {configured} does not offer {instance}; zones that do: {offered or 'none'}"
+        elif configured not in zones:
+            problem = f"{key}: {configured} is not among the cluster's zones {zones}"
+        else:
+            return configured
+        raise ConfigError([problem])
+    recorded = record.gpu_zone if record else None
+    if recorded and recorded in zones:
+        if recorded in offered:
+            return recorded
+        raise ConfigError(
+            [
+                f"{key}: {recorded}, where this stack's GPU nodes run, no longer offers {instance} "
+                f"(zones that do: {offered or 'none'}). Moving them replaces the GPU node group: set "
+                f"{key} to one of {usable or 'none of the cluster zones'}, or pick another "
+                f"{PROJECT}:gpuNodes.instanceType"
+            ]
+        )
+    if not usable:
+        raise ConfigError([f"{key}: none of the cluster's zones {zones} offers {instance}"])
+    return usable[0]
 
 
 @dataclass(frozen=True)
@@ -69,15 +148,23 @@ class SubnetPlan:
     public_cidr: str
 
 
-def plan_subnets(vpc_cidr: IPv4Network, zones: tuple[str, ...]) -> list[SubnetPlan]:
-    """Private: the first quarters of the VPC, one per zone. Public: /28-or-larger slices of the
-    last quarter (a NAT gateway needs a handful of addresses, not thousands)."""
-    if len(zones) > 3:
-        raise ValueError(f"at most three zones fit the subnet layout, got {list(zones)}")
-    quarters = list(vpc_cidr.subnets(prefixlen_diff=2))
-    public_prefix = min(vpc_cidr.prefixlen + 8, 28)
-    public = list(quarters[3].subnets(new_prefix=public_prefix))
+def zone_slot(zone: str) -> int:
+    """a -> 0, b -> 1, ...: the block of the VPC a zone's subnets always get."""
+    slot = ord(zone[-1]) - ord("a")
+    if not 0 <= slot < ZONE_SLOTS:
+        raise ValueError(f"zone {zone}: the subnet layout has room for zones a to g")
+    return slot
+
+
+def plan_subnets(vpc_cidr: IPv4Network, zones: Iterable[str]) -> list[SubnetPlan]:
+    """The VPC in eighths: zone a's private subnet is the first eighth, b's the second, ... g's the
+    seventh, whatever other zones exist; public subnets (NAT gateways, internet-facing load balancers)
+    are /28-or-larger slices of the eighth eighth, by the same letter."""
+    eighths = list(vpc_cidr.subnets(prefixlen_diff=3))
+    public = list(eighths[7].subnets(new_prefix=min(vpc_cidr.prefixlen + 8, 28)))
     return [
-        SubnetPlan(zone=zone, private_cidr=str(quarters[i]), public_cidr=str(public[i]))
-        for i, zone in enumerate(zones)
+        SubnetPlan(
+            zone=zone, private_cidr=str(eighths[zone_slot(zone)]), public_cidr=str(public[zone_slot(zone)])
+        )
+        for zone in zones
     ]

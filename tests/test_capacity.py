@@ -82,7 +82,7 @@ def test_worker_memory_must_leave_page_cache_for_the_checkpoint():
 def test_fit_check_runs_before_any_resource():
     config = {"aws:region": "sa-east-1", f"{P}:model": {"maxModelLen": 1_000_000}}
     with pytest.raises(ConfigError, match="ray-llm-eks:model: model does not fit"):
-        plan_stack(load_settings(config))
+        plan_stack(load_settings(config), stack="dev")
 
 
 def test_worker_size_is_the_node_minus_what_the_node_keeps():

@@ -12,8 +12,6 @@ import pytest
 from config import ConfigError, Settings, load_settings
 from config.base import quantity_value
 from planning import Plan, plan_stack
-from planning.access import check_admins, deployer_role_arn
-from planning.zones import plan_zones
 from tests.fakes.pulumi import stack_file_config
 
 P = "ray-llm-eks"
@@ -27,7 +25,7 @@ def settings_with(section: str | None = None, **changes: Any) -> Settings:
 
 
 def plan_with(section: str | None = None, **changes: Any) -> Plan:
-    return plan_stack(settings_with(section, **changes))
+    return plan_stack(settings_with(section, **changes), stack="dev")
 
 
 def error_of(section: str | None = None, **changes: Any) -> str:
@@ -48,12 +46,18 @@ def test_dev_stack_file_holds_the_seed_values():
     assert s.kuberay.namespace == "kuberay-operator" and s.kuberay.chart_version == "1.7.0"
     assert (s.model.id, s.model.source) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B")
     assert s.model.nixl_backends == ["LIBFABRIC"]
-    assert plan_stack(s).image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert (
+        plan_stack(s, stack="dev").image
+        == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    )
 
 
-def test_defaults_alone_are_the_seed():
-    """A stack file with only a region gets the same system as the dev stack file spells out."""
-    assert load_settings({"aws:region": "sa-east-1"}) == settings_with()
+def test_defaults_alone_are_the_seed_but_for_the_cluster_name():
+    """A stack file with only a region gets the same system as the dev stack file spells out; only the
+    cluster name, which dev pins to the seed's, derives from the stack."""
+    defaults = load_settings({"aws:region": "sa-east-1"})
+    assert defaults.cluster.name is None
+    assert defaults.model_copy(update={"cluster": settings_with().cluster}) == settings_with()
 
 
 def test_engine_config_strings_are_parsed_like_yaml_values():
@@ -100,13 +104,14 @@ def test_engine_config_strings_are_parsed_like_yaml_values():
         (
             "gpuNodes",
             {"instanceType": "g9.mega"},
-            "'g9.mega' is not in the instance catalog; allowed: g5.12xlarge",
+            "'g9.mega' is not in the instance catalog; describe it with ray-llm-eks:gpuNodes.instanceSpec",
         ),
         # more workers than the GPU nodes can host
         (
             "model",
             {"decodeReplicas": 2},
-            "= 3 GPU workers, but gpuNodes.desiredSize 2 x 1 worker(s) per g6.8xlarge hosts only 2",
+            "= 3 GPU workers, but ray-llm-eks:gpuNodes.desiredSize 2 x 1 worker(s) per g6.8xlarge "
+            "hosts only 2",
         ),
         # node group sizes out of order
         ("gpuNodes", {"minSize": 3}, "minSize <= desiredSize <= maxSize (got 3 / 2 / 2)"),
@@ -120,7 +125,7 @@ def test_engine_config_strings_are_parsed_like_yaml_values():
         ("cluster", {"kubernetesVersion": "1.35.0"}, "ray-llm-eks:cluster.kubernetesVersion"),
         ("network", {"vpcCidr": "10.0.0.0/33"}, "ray-llm-eks:network.vpcCidr"),
         ("network", {"vpcCidr": "8.8.0.0/16"}, "is not a private range"),
-        ("network", {"vpcCidr": "10.0.0.0/24"}, "must be a /16 to /20"),
+        ("network", {"vpcCidr": "10.0.0.0/20"}, "must be a /16 to /19"),
         ("cluster", {"publicAccessCidrs": ["10.0.0.300/32"]}, "ray-llm-eks:cluster.publicAccessCidrs[0]"),
         ("serving", {"head": {"memoryRequest": "8GB"}}, "'8GB' is not a Kubernetes quantity"),
         (
@@ -212,81 +217,16 @@ def test_new_cluster_upgrades_need_room_for_a_second_head():
         f"{P}:serving": {"upgradeStrategy": "newCluster"},
     }
     with pytest.raises(ConfigError, match="room for a second head"):
-        plan_stack(load_settings(config))
+        plan_stack(load_settings(config), stack="dev")
     config[f"{P}:systemNodes"] = {"desiredSize": 2}
-    assert plan_stack(load_settings(config)).upgrade.zero_downtime
+    assert plan_stack(load_settings(config), stack="dev").upgrade.zero_downtime
 
 
-class TestAdmins:
-    """EKS makes the deployer admin itself; listing it again would fail at `up`."""
-
-    CALLER = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
-
-    def test_deployer_role_is_derived_from_the_session(self):
-        assert deployer_role_arn(self.CALLER) == "arn:aws:iam::123456789012:role/deployer"
-        user = "arn:aws:iam::123456789012:user/alice"
-        assert deployer_role_arn(user) == user
-
-    @pytest.mark.parametrize(
-        "arn", ["arn:aws:iam::123456789012:role/deployer", "arn:aws:iam::123456789012:role/team/deployer"]
-    )
-    def test_deployer_listed_as_admin_is_refused(self, arn):
-        s = settings_with("cluster", adminPrincipalArns=[arn])
-        with pytest.raises(
-            ConfigError, match=r"cluster\.adminPrincipalArns: .* is the identity running Pulumi"
-        ):
-            check_admins(s, self.CALLER)
-
-    def test_other_admins_pass(self):
-        s = settings_with("cluster", adminPrincipalArns=["arn:aws:iam::123456789012:role/platform"])
-        check_admins(s, self.CALLER)
-        check_admins(
-            settings_with("cluster", adminPrincipalArns=["arn:aws:iam::999999999999:role/deployer"]),
-            self.CALLER,
-        )
-
-
-class TestZones:
-    """The zones come from AWS (EC2 instance-type offerings), so these checks run after load_settings
-    but still before any resource."""
-
-    def test_gpu_zone_defaults_to_the_first_offering_zone(self):
-        zones = plan_zones(settings_with(), ["sa-east-1b", "sa-east-1a"])
-        assert zones.cluster_zones == ("sa-east-1a", "sa-east-1b")
-        assert zones.gpu_zone == "sa-east-1a"
-
-    def test_cluster_zones_are_only_those_that_offer_the_gpu_type(self):
-        zones = plan_zones(settings_with(), ["sa-east-1a", "sa-east-1c"])
-        assert zones.cluster_zones == ("sa-east-1a", "sa-east-1c")
-
-    def test_at_most_max_availability_zones(self):
-        offered = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
-        s = load_settings({"aws:region": "us-east-1", f"{P}:network": {"maxAvailabilityZones": 2}})
-        assert plan_zones(s, offered).cluster_zones == ("us-east-1a", "us-east-1b")
-
-    def test_configured_gpu_zone_that_does_not_offer_the_type_is_an_error(self):
-        s = settings_with("gpuNodes", availabilityZone="sa-east-1c")
-        with pytest.raises(ConfigError) as caught:
-            plan_zones(s, ["sa-east-1a", "sa-east-1b"])
-        message = str(caught.value)
-        assert "ray-llm-eks:gpuNodes.availabilityZone: sa-east-1c does not offer g6.8xlarge" in message
-        assert "['sa-east-1a', 'sa-east-1b']" in message
-
-    def test_configured_gpu_zone_is_used(self):
-        s = settings_with("gpuNodes", availabilityZone="sa-east-1b")
-        assert plan_zones(s, ["sa-east-1a", "sa-east-1b"]).gpu_zone == "sa-east-1b"
-
-    def test_configured_cluster_zone_without_the_type_is_an_error(self):
-        s = settings_with("network", availabilityZones=["sa-east-1a", "sa-east-1c"])
-        with pytest.raises(ConfigError, match=r"network.availabilityZones: \['sa-east-1c'\] do not offer"):
-            plan_zones(s, ["sa-east-1a", "sa-east-1b"])
-
-    def test_a_region_with_one_offering_zone_cannot_host_eks(self):
-        with pytest.raises(ConfigError, match="offered in 1 zone"):
-            plan_zones(settings_with(), ["sa-east-1a"])
-
+class TestCrossSectionRules:
     def test_gpu_zone_outside_the_configured_cluster_zones_is_an_error(self):
-        with pytest.raises(ConfigError, match=r"must be one of network\.availabilityZones"):
+        with pytest.raises(
+            ConfigError, match=r"availabilityZone: sa-east-1c must be one of ray-llm-eks:network\."
+        ):
             load_settings(
                 {
                     **stack_file_config("dev"),

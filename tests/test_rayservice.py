@@ -8,16 +8,30 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpath_rfc9535
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from manifests.rayservice import RayServiceManifest
 from manifests.serve_app import ServeConfig
+from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import STACKS, StackRun, run_stack
 from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+RECORDED_STATUS = fixture_json("rayservice.json")
+"""A healthy RayService as KubeRay 1.7 reports it (tests/fixtures/ops)."""
+
+
+def status_selected(entry: str, obj: dict[str, Any]) -> tuple[str, str]:
+    """(what a `jsonpath={path}=value` waitFor entry selects in `obj`, the value it waits for), with
+    the path read by an RFC 9535 parser, as pulumi-kubernetes reads it."""
+    assert entry.startswith("jsonpath={"), entry
+    path, _, expected = entry.removeprefix("jsonpath={").rpartition("}=")
+    found = [m.value for m in jsonpath_rfc9535.finditer(f"${path}", obj)]
+    assert len(found) == 1, (path, found)
+    return str(found[0]), expected
 
 
 def registered(run: StackRun) -> dict[str, Any]:
@@ -118,13 +132,22 @@ class TestSeedFacts:
         assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
 
     def test_up_waits_until_the_application_serves(self, rayservice):
-        annotations = rayservice["metadata"]["annotations"]
-        wait_for = yaml.safe_load(annotations["pulumi.com/waitFor"])
-        assert wait_for == [
-            "condition=Ready",
-            "jsonpath={.status.activeServiceStatus.applicationStatuses.qwen.status}=RUNNING",
-        ]
-        assert annotations["pulumi.com/timeoutSeconds"] == str(45 * 60)
+        wait_for = yaml.safe_load(rayservice["metadata"]["annotations"]["pulumi.com/waitFor"])
+        assert wait_for[0] == "condition=Ready"
+        assert [status_selected(e, RECORDED_STATUS) for e in wait_for[1:]] == [("RUNNING", "RUNNING")]
+
+    @pytest.mark.parametrize("app", ["qwen-pd", "llm2", "a"])
+    def test_any_application_name_is_awaited(self, app: str):
+        """pulumi-kubernetes parses waitFor's path per RFC 9535 (since 4.24): `.qwen-pd` is a syntax
+        error, and a hard-coded name would wait for an application that does not exist."""
+        run = run_stack(overrides={"serving": {"applicationName": app}})
+        entries = yaml.safe_load(registered(run)["metadata"]["annotations"]["pulumi.com/waitFor"])[1:]
+        status = {"activeServiceStatus": {"applicationStatuses": {app: {"status": "RUNNING"}}}}
+        assert [status_selected(e, {"status": status}) for e in entries] == [("RUNNING", "RUNNING")]
+
+    def test_up_waits_as_long_as_configured(self):
+        run = run_stack(stack="prod")
+        assert registered(run)["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == str(60 * 60)
 
     def test_deprecated_thresholds_are_not_used(self, rayservice):
         spec = rayservice["spec"]

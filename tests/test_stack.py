@@ -268,22 +268,6 @@ class TestSecureDefaults:
         assert labels["inference"]["pod-security.kubernetes.io/enforce"] == "privileged"
         assert labels["inference"]["pod-security.kubernetes.io/audit"] == "baseline"
 
-    def test_deployer_listed_as_admin_fails_before_any_resource(self):
-        with pytest.raises(ConfigError, match="is the identity running Pulumi"):
-            run_stack(
-                overrides={"cluster": {"adminPrincipalArns": ["arn:aws:iam::123456789012:role/deployer"]}}
-            )
-        assert harness.LAST_RUN is not None and harness.LAST_RUN.registrations == []
-
-    def test_admin_principals_get_access_entries(self):
-        arn = "arn:aws:iam::123456789012:role/platform"
-        run = run_stack(overrides={"cluster": {"adminPrincipalArns": [arn]}})
-        entries = run.one(CLUSTER).inputs["accessEntries"]
-        assert entries["admin-0"]["principalArn"] == arn
-        policy = entries["admin-0"]["accessPolicies"]["cluster-admin"]
-        assert policy["policyArn"].endswith(":cluster-access-policy/AmazonEKSClusterAdminPolicy")
-        assert policy["accessScope"] == {"type": "cluster"}
-
     def test_bring_your_own_kms_key(self):
         arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
         run = run_stack(overrides={"cluster": {"secretsKmsKeyArn": arn}})

@@ -119,9 +119,26 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResource(request)
 
 
+@dataclass
+class AwsState:
+    """What exists in the mocked AWS account before the run: the stack's VPC (by its tags) and the EKS
+    clusters of the region. Empty: a first `up`."""
+
+    vpc_tags: dict[str, str] | None = None
+    clusters: list[str] = field(default_factory=list)
+    caller_arn: str = CALLER_ARN
+
+
+def deployed(run: StackRun) -> AwsState:
+    """The AWS account as `run` would have left it: its VPC with the tags it set, its cluster."""
+    vpc = run.one("aws:ec2/vpc:Vpc").inputs["tags"]
+    return AwsState(vpc_tags=dict(vpc), clusters=[run.one("eks:index:Cluster").inputs["name"]])
+
+
 class StackMocks(pulumi_mocks.Mocks):
-    def __init__(self, offerings: dict[str, dict[str, list[str]]]):
+    def __init__(self, offerings: dict[str, dict[str, list[str]]], aws: AwsState):
         self.offerings = offerings
+        self.aws = aws
         self.calls: list[tuple[str, dict]] = []
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
@@ -157,9 +174,28 @@ class StackMocks(pulumi_mocks.Mocks):
             return {
                 "id": "123456789012",
                 "accountId": "123456789012",
-                "arn": CALLER_ARN,
+                "arn": self.aws.caller_arn,
                 "userId": "AROA:x",
             }, []
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            # As AWS answers: an assumed role's session names its role; other ARNs pass through.
+            arn = args.args["arn"]
+            _, partition, _, _, account, resource = arn.split(":", 5)
+            if resource.startswith("assumed-role/"):
+                name = resource.split("/")[1]
+                return {"id": arn, "arn": arn, "issuerArn": f"arn:{partition}:iam::{account}:role/{name}"}, []
+            return {"id": arn, "arn": arn, "issuerArn": arn}, []
+        if args.token == "aws:ec2/getVpcs:getVpcs":
+            (wanted,) = args.args["filters"]
+            tags = self.aws.vpc_tags or {}
+            key = wanted["name"].removeprefix("tag:")
+            found = ["vpc-deployed"] if tags.get(key) in wanted["values"] else []
+            return {"id": args.args["region"], "ids": found}, []
+        if args.token == "aws:ec2/getVpc:getVpc":
+            assert args.args["id"] == "vpc-deployed"
+            return {"id": "vpc-deployed", "tags": self.aws.vpc_tags}, []
+        if args.token == "aws:eks/getClusters:getClusters":
+            return {"id": args.args["region"], "names": self.aws.clusters}, []
         raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
 
 
@@ -183,7 +219,7 @@ class StackRun:
 
     def ancestors(self, reg: Registration) -> list[Registration]:
         chain = []
-        while reg.parent and not reg.parent.endswith(f"pulumi:pulumi:Stack::{PROJECT}-dev"):
+        while reg.parent and "::pulumi:pulumi:Stack::" not in reg.parent:
             parents = [r for r in self.registrations if r.urn == reg.parent]
             if not parents:
                 break
@@ -222,6 +258,7 @@ def run_stack(
     overrides: dict[str, dict[str, Any]] | None = None,
     offerings: dict[str, dict[str, list[str]]] | None = None,
     secrets: dict[str, str] | None = None,
+    aws: AwsState | None = None,
 ) -> StackRun:
     """Run __main__.main() for a stack file's config, with per-section overrides merged in."""
     global _PROGRAM, LAST_RUN
@@ -233,7 +270,7 @@ def run_stack(
 
     asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi_settings.ROOT.set(None)
-    mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS)
+    mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS, aws or AwsState())
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(as_engine_config(values), list((secrets or {}).keys()))
