@@ -1,13 +1,16 @@
-# Thin wrappers around the Pulumi CLI. State goes to a local file backend unless you set
-# PULUMI_BACKEND_URL (s3://..., or https://api.pulumi.com for Pulumi Cloud); see docs/operations.md "State".
+# Thin wrappers around the Pulumi CLI and `python -m ops`; each target is a command you can also type.
+# State: where Pulumi.yaml's `backend.url` says (see docs/operations.md "State").
 STACK ?= dev
-export PULUMI_BACKEND_URL ?= file://~
 
-.PHONY: up preview destroy test docs render status verify
+.PHONY: up venv preview destroy test docs render status verify
 
 up:            ## create or update the stack (default: dev), waiting until the model serves
 	pulumi stack select --create $(STACK)
 	pulumi up --stack $(STACK)
+
+venv:          ## the project's Python: .venv with the program's dependencies (pulumi up makes it too)
+	python3 -m venv .venv
+	.venv/bin/python -m pip install --quiet -r requirements.txt
 
 preview:       ## show what `up` would change
 	pulumi preview --stack $(STACK) --diff

@@ -125,8 +125,13 @@ def main(
 
 def _render(args: argparse.Namespace) -> int:
     from ops.render import render_manifests
+    from planning import plan_stack
 
-    sys.stdout.write(render_manifests(load_stack_settings(args.root, args.stack), args.stack))
+    settings = load_stack_settings(args.root, args.stack)
+    plan = plan_stack(settings, stack=args.stack)
+    for warning in plan.warnings:
+        progress(f"warning: {warning}")
+    sys.stdout.write(render_manifests(settings, plan))
     return 0
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from config import Settings
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
-from planning import plan_stack
+from planning import Plan
 
 
 class _ManifestDumper(yaml.SafeDumper):
@@ -28,14 +28,14 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _str_representer)
 
 
-def manifests(settings: Settings, stack: str) -> list[dict[str, Any]]:
-    serving = build_serving(settings, plan_stack(settings, stack=stack))
+def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
+    serving = build_serving(settings, plan)
     return [serving.namespace, serving.rayservice.to_dict()]
 
 
-def render_manifests(settings: Settings, stack: str) -> str:
+def render_manifests(settings: Settings, plan: Plan) -> str:
     text = yaml.dump_all(
-        manifests(settings, stack), Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=110
+        manifests(settings, plan), Dumper=_ManifestDumper, sort_keys=False, explicit_start=True, width=110
     )
     if settings.hugging_face_token:
         # The token is encrypted in the stack file; only the Pulumi program can create the Secret.

@@ -53,6 +53,10 @@ def test_kv_cache_for_max_model_len_counts():
     assert "KV cache 4.50 GiB for model.maxModelLen 32768" in report.summary()
 
 
+def test_cuda_graphs_cost_more_than_eager_mode():
+    assert report_for(enforce_eager=False).overhead_gib > report_for().overhead_gib
+
+
 def test_lower_utilization_can_make_the_seed_model_not_fit():
     assert not report_for(gpu_memory_utilization=0.8).fits
 

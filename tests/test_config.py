@@ -234,3 +234,104 @@ class TestCrossSectionRules:
                     f"{P}:gpuNodes": {"availabilityZone": "sa-east-1c"},
                 }
             )
+
+
+class TestNoDeadEnds:
+    def test_an_uncatalogued_type_can_be_described_in_the_stack_file(self):
+        spec = {"vcpu": 32, "memoryGib": 128, "gpus": 1, "gpuMemoryGib": 44.7, "efaInterfaces": 1}
+        plan = plan_with("gpuNodes", instanceType="g7.8xlarge", instanceSpec=spec)
+        assert (plan.gpu.name, plan.gpu.gpu_memory_gib, plan.worker.cpu) == ("g7.8xlarge", 44.7, "30")
+        assert plan.fit.budget_gib == pytest.approx(44.7 * 0.9)
+
+    def test_the_fit_check_can_warn_and_says_how_far_off_it_is(self):
+        assert "GiB above the 20.2 GiB budget" in error_of("model", maxModelLen=200_000)
+        plan = plan_with("model", maxModelLen=200_000, fitCheck="warn")
+        (warning,) = plan.warnings
+        assert "GiB above the 20.2 GiB budget" in warning and "fitCheck is warn" in warning
+
+    @pytest.mark.parametrize(
+        ("section", "changes"),
+        [("cluster", {"kubernetesVersion": 1.30}), ("kuberay", {"chartVersion": 1.7}), ("model", {"id": 7})],
+    )
+    def test_a_yaml_number_where_text_is_expected_says_quote_it(self, section, changes):
+        message = error_of(section, **changes)
+        key = next(iter(changes))
+        assert f"ray-llm-eks:{section}.{key}: YAML read this as the number" in message
+        assert "quote it" in message
+
+    def test_a_yaml_number_for_a_quantity_is_that_quantity(self):
+        head = settings_with("serving", head={"cpuRequest": 2, "cpuLimit": 2.5}).serving.head
+        assert (head.cpu_request, head.cpu_limit) == ("2", "2.5")
+        engine = {"aws:region": "sa-east-1", f"{P}:serving": '{"worker": {"shmSize": 8}}'}
+        assert load_settings(engine).serving.worker.shm_size == "8"
+
+    def test_an_unknown_top_level_key_does_not_hide_the_others(self):
+        config = {**stack_file_config("dev"), f"{P}:gpuNode": {}, f"{P}:model": {"maxModelLen": 0}}
+        with pytest.raises(ConfigError) as caught:
+            load_settings(config)
+        problems = caught.value.problems
+        assert any(p.startswith("ray-llm-eks:gpuNode: unknown key") for p in problems)
+        assert any(p.startswith("ray-llm-eks:model.maxModelLen:") for p in problems)
+
+    def test_a_missing_region_does_not_hide_the_others(self):
+        with pytest.raises(ConfigError) as caught:
+            load_settings({f"{P}:model": {"maxModelLen": 0}})
+        region, model = caught.value.problems
+        assert region.startswith("aws:region: not set") and model.startswith("ray-llm-eks:model.maxModelLen:")
+
+    def test_a_rule_across_sections_names_its_keys(self):
+        message = error_of("gpuNodes", availabilityZone="us-east-1a")
+        assert (
+            "ray-llm-eks:gpuNodes.availabilityZone: ['us-east-1a'] are not in aws:region sa-east-1" in message
+        )
+        assert "across sections" not in message
+
+
+class TestNeverSchedulable:
+    """`pulumi up` would wait out the whole ready timeout for these pods: refuse them at preview."""
+
+    @pytest.mark.parametrize(
+        ("section", "changes", "expected"),
+        [
+            (
+                "serving",
+                {"worker": {"cpu": "31"}},
+                "serving.worker.cpu: 31 is more than a node offers a worker (30",
+            ),
+            (
+                "serving",
+                {"worker": {"memory": "120Gi"}},
+                "serving.worker.memory: 120Gi is more than a node offers",
+            ),
+            (
+                "serving",
+                {"worker": {"shmSize": "113Gi"}},
+                "serving.worker.shmSize: 113Gi of memory-backed /dev/shm",
+            ),
+            (
+                "serving",
+                {"head": {"cpuRequest": "3.5", "cpuLimit": "4"}},
+                "serving.head.cpuRequest: 3.5 does not fit",
+            ),
+            (
+                "serving",
+                {"head": {"memoryRequest": "14Gi", "memoryLimit": "14Gi"}},
+                "serving.head.memoryRequest: 14Gi does not fit a ray-llm-eks:systemNodes.instanceType m7i",
+            ),
+            ("model", {"tensorParallelSize": 2}, "model.tensorParallelSize: 2 needs 2 GPUs in one pod"),
+        ],
+    )
+    def test_refused_naming_the_key(self, section, changes, expected):
+        assert expected in error_of(section, **changes)
+
+    def test_overrides_within_the_node_pass(self):
+        plan = plan_with("serving", worker={"cpu": "30", "memory": "113Gi", "shmSize": "32Gi"})
+        assert (plan.worker.cpu, plan.worker.memory) == ("30", "113Gi")
+
+    @pytest.mark.parametrize("name", ["1llm", "-llm", "Llm", "a" * 48])
+    def test_a_rayservice_name_kuberay_rejects_is_refused(self, name):
+        assert "ray-llm-eks:serving.name" in error_of("serving", name=name)
+
+    def test_an_uncatalogued_system_type_warns_that_the_head_is_unchecked(self):
+        plan = plan_with("systemNodes", instanceType="m8g.xlarge")
+        assert any("systemNodes.instanceSpec" in w for w in plan.warnings)

@@ -8,10 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from config import versions
 from config.reference import reference
-from tests.fakes.pulumi import ROOT
+from tests.fakes.pulumi import ROOT, StackRun
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -58,3 +59,37 @@ def test_readme_is_an_entry_page_and_its_test_command_is_what_ci_runs():
     assert len(readme.splitlines()) <= 100, "the README is one or two screens; details go to docs/"
     assert "bash .ci/run" in readme
     assert "python -m pytest" in (ROOT / ".ci" / "run").read_text()
+
+
+def commands(pattern: str) -> set[str]:
+    """Every match of `pattern` (one group) in the README and docs/."""
+    return {m for page in DOCS for m in re.findall(pattern, page.read_text())}
+
+
+def test_every_stack_output_the_docs_name_exists(dev_stack: StackRun):
+    named = commands(r"pulumi stack output (\w+)")
+    assert named and named <= set(dev_stack.exports), named - set(dev_stack.exports)
+
+
+def test_every_make_target_the_docs_name_exists():
+    targets = set(re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
+    named = commands(r"`make (\w+)")
+    assert named and named <= targets, named - targets
+
+
+def test_ops_runs_from_the_project_venv_with_real_commands():
+    from ops.cli import build_parser
+
+    typed = commands(r"([^\s`]*python) -m ops (\w+)")
+    assert typed
+    subcommands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    for python, command in typed:
+        assert python == ".venv/bin/python", f"`{python} -m ops {command}`: use the project's .venv"
+        assert command in subcommands, command
+
+
+def test_state_backend_is_declared_where_every_pulumi_command_reads_it():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["backend"] == {"url": "file://~"}  # the project file's schema allows only `url`
+    assert "PULUMI_BACKEND_URL" not in (ROOT / "Makefile").read_text()
+    assert "upsert: true" not in (ROOT / ".github" / "workflows" / "preview.yml").read_text()

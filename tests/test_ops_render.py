@@ -83,3 +83,12 @@ def test_render_without_a_region_exits_2_naming_aws_region(tmp_path, capsys):
 
     assert code == 2
     assert "aws:region" in err
+
+
+def test_render_says_what_preview_would_warn_about(tmp_path, capsys):
+    _write_stack(
+        tmp_path, "w", {"aws:region": "sa-east-1", "ray-llm-eks:systemNodes": {"instanceType": "m8g.xlarge"}}
+    )
+    code, out, err = render(capsys, "--stack", "w", "--root", str(tmp_path))
+    assert code == 0 and out.startswith("---")
+    assert "warning: ray-llm-eks:systemNodes.instanceType m8g.xlarge is not in the instance catalog" in err

@@ -293,9 +293,10 @@ class TestServingVariants:
             config={"aws:region": "us-east-1"},
         )
         env = {
-            e["name"] for e in worker_groups(registered(run))[0]["template"]["spec"]["containers"][0]["env"]
+            e["name"]: e.get("value")
+            for e in worker_groups(registered(run))[0]["template"]["spec"]["containers"][0]["env"]
         }
-        assert "FI_EFA_USE_DEVICE_RDMA" in env
+        assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
     def test_image_override(self):
         image = "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0"
@@ -326,6 +327,13 @@ class TestUpgradePath:
         assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
         assert reg.replace_on_changes == []
         assert reg.delete_before_replace is False
+
+    def test_one_spare_gpu_node_is_not_room_for_a_second_cluster(self):
+        """A second Ray cluster needs as many GPU workers as the first: 3 nodes for 2 + 2 workers is short."""
+        run = run_stack(
+            overrides={"gpuNodes": {"desiredSize": 3, "maxSize": 3}, "systemNodes": {"desiredSize": 2}}
+        )
+        assert run.one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {"type": "None"}
 
     def test_spare_gpus_without_room_for_a_second_head_still_recreate(self):
         """A second Ray cluster also needs a second head (2 CPU requested): one m7i.xlarge cannot

@@ -43,13 +43,15 @@ class TestDevStackBuildsTheSeedSystem:
         assert all(s.inputs["tags"]["kubernetes.io/cluster/ray-llm-multinode"] == "shared" for s in subnets)
         assert len(dev_stack.of_type("aws:ec2/natGateway:NatGateway")) == 1
         nat = dev_stack.one("aws:ec2/natGateway:NatGateway")
-        assert nat.inputs["subnetId"] in {f"{s.name}-id" for s in public}
+        assert nat.inputs["subnetId"] in {dev_stack.id_of(s) for s in public}
         private_routes = [
             r for r in dev_stack.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name
         ]
         assert len(private_routes) == 2
         for table in private_routes:
-            assert table.inputs["routes"] == [{"cidrBlock": "0.0.0.0/0", "natGatewayId": f"{nat.name}-id"}]
+            assert table.inputs["routes"] == [
+                {"cidrBlock": "0.0.0.0/0", "natGatewayId": dev_stack.id_of(nat)}
+            ]
 
     def test_eks_cluster(self, dev_stack: StackRun):
         cluster = dev_stack.one(CLUSTER).inputs
@@ -60,11 +62,11 @@ class TestDevStackBuildsTheSeedSystem:
         assert cluster["authenticationMode"] == "API"
         assert cluster["endpointPrivateAccess"] is True and cluster["endpointPublicAccess"] is True
         assert cluster["privateSubnetIds"] == [
-            "network-private-sa-east-1a-id",
-            "network-private-sa-east-1b-id",
+            "subnet/network-private-sa-east-1a",
+            "subnet/network-private-sa-east-1b",
         ]
         assert "publicSubnetIds" not in cluster
-        assert cluster["vpcId"] == "network-vpc-id"
+        assert cluster["vpcId"] == "vpc/network-vpc"
 
     def test_core_addons_are_eks_managed(self, dev_stack: StackRun):
         """vpc-cni and kube-proxy: pulumi-eks creates them as managed add-ons unless told otherwise;
@@ -84,7 +86,10 @@ class TestDevStackBuildsTheSeedSystem:
         assert system["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
         assert system["labels"] == {"role": "system"}
         assert system["operatingSystem"] == "AL2023"
-        assert system["subnetIds"] == ["network-private-sa-east-1a-id", "network-private-sa-east-1b-id"]
+        assert system["subnetIds"] == [
+            "subnet/network-private-sa-east-1a",
+            "subnet/network-private-sa-east-1b",
+        ]
         assert system["diskSize"] == 100  # the Ray head pulls the ~15 GiB image here too
 
     def test_gpu_node_group_is_efa_in_one_offering_zone(self, dev_stack: StackRun):
@@ -93,7 +98,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert gpu["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 2}
         assert gpu["enableEfaSupport"] is True
         assert gpu["placementGroupAvailabilityZone"] == "sa-east-1a"
-        assert gpu["subnetIds"] == ["network-private-sa-east-1a-id"]
+        assert gpu["subnetIds"] == ["subnet/network-private-sa-east-1a"]
         assert gpu["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
         assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
         assert gpu["diskSize"] == 200
@@ -120,6 +125,11 @@ class TestDevStackBuildsTheSeedSystem:
                 "values"
             ]["tolerations"]
         assert efa["values"]["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
+
+    def test_efa_plugin_allows_the_gpu_type_in_use(self):
+        run = run_stack(overrides={"gpuNodes": {"instanceType": "g6e.12xlarge"}})
+        (efa,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "aws-efa-k8s-device-plugin"]
+        assert efa.inputs["values"]["supportedInstanceLabels"]["values"] == ["g6e.12xlarge"]
 
     def test_kuberay_operator_on_system_nodes(self, dev_stack: StackRun):
         kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")
@@ -238,7 +248,7 @@ class TestSecureDefaults:
 
     def test_no_node_in_a_public_subnet(self, dev_stack: StackRun):
         public_ids = {
-            f"{s.name}-id" for s in dev_stack.of_type("aws:ec2/subnet:Subnet") if "public" in s.name
+            dev_stack.id_of(s) for s in dev_stack.of_type("aws:ec2/subnet:Subnet") if "public" in s.name
         }
         for group in dev_stack.of_type(NODE_GROUP):
             assert not public_ids & set(group.inputs["subnetIds"]), group.name
@@ -340,3 +350,30 @@ class TestStacksAndDeterminism:
             run_stack(overrides=overrides)
         assert harness.LAST_RUN is not None
         assert harness.LAST_RUN.registrations == []
+
+
+class TestCoreAddonsAndPartitions:
+    def test_coredns_takes_over_the_bootstrapped_one(self, dev_stack: StackRun):
+        """EKS runs a self-managed coredns before our add-on exists; without OVERWRITE the add-on's
+        creation fails on the conflicting fields."""
+        coredns = dev_stack.one("aws:eks/addon:Addon")
+        assert coredns.inputs["resolveConflictsOnCreate"] == "OVERWRITE"
+        assert coredns.inputs["resolveConflictsOnUpdate"] == "OVERWRITE"
+
+    @pytest.mark.parametrize(
+        ("region", "partition"), [("cn-north-1", "aws-cn"), ("us-gov-west-1", "aws-us-gov")]
+    )
+    def test_arns_name_the_regions_partition(self, region: str, partition: str):
+        viewer = f"arn:{partition}:iam::123456789012:role/viewer"
+        run = run_stack(
+            config={"aws:region": region, "ray-llm-eks:cluster": {"viewerPrincipalArns": [viewer]}},
+            stack="far",
+            offerings={region: {"g6.8xlarge": [f"{region}a", f"{region}b"]}},
+        )
+        policies = [
+            r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        ]
+        assert policies and all(p.startswith(f"arn:{partition}:iam::aws:policy/") for p in policies)
+        (entry,) = run.one(CLUSTER).inputs["accessEntries"].values()
+        (policy,) = entry["accessPolicies"].values()
+        assert policy["policyArn"].startswith(f"arn:{partition}:eks::aws:cluster-access-policy/")

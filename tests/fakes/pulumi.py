@@ -135,6 +135,12 @@ def deployed(run: StackRun) -> AwsState:
     return AwsState(vpc_tags=dict(vpc), clusters=[run.one("eks:index:Cluster").inputs["name"]])
 
 
+def mock_id(type_: str, name: str) -> str:
+    """The id the mocks give a resource: its type's short name and its name (`subnet/network-private-x`),
+    so a subnet and a route table of the same name never share an id."""
+    return f"{type_.rsplit(':', 1)[-1][0].lower()}{type_.rsplit(':', 1)[-1][1:]}/{name}"
+
+
 class StackMocks(pulumi_mocks.Mocks):
     def __init__(self, offerings: dict[str, dict[str, list[str]]], aws: AwsState):
         self.offerings = offerings
@@ -153,7 +159,7 @@ class StackMocks(pulumi_mocks.Mocks):
             )
         elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key"):
             outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
-        return f"{args.name}-id", outputs
+        return mock_id(args.typ, args.name), outputs
 
     def call(self, args: pulumi_mocks.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
@@ -213,6 +219,9 @@ class StackRun:
         found = [r for r in self.of_type(type_) if name is None or r.name == name]
         assert len(found) == 1, f"expected one {type_} {name or ''}, got {[r.name for r in found]}"
         return found[0]
+
+    def id_of(self, reg: Registration) -> str:
+        return mock_id(reg.type, reg.name)
 
     def by_urn(self, urn: str) -> Registration:
         return next(r for r in self.registrations if r.urn == urn)
