@@ -27,10 +27,11 @@ from components.gpu_node_group import GpuNodeGroup
 from components.kuberay import KubeRayOperator
 from components.network import Network
 from components.rayservice import RayService
-from config import PROJECT, ConfigError, load_settings
+from config import PROJECT, ConfigError, Settings, load_settings
 from manifests.rayservice import build_serving
 from planning import plan_stack
 from planning.access import plan_access
+from planning.catalog import Ec2InstanceType
 from planning.zones import TAG_STACK, StackRecord, plan_zones
 
 
@@ -46,6 +47,34 @@ def zones_offering(instance_type: str, region: str) -> list[str]:
         region=region,
     )
     return list(offerings.locations)
+
+
+def described_by_ec2(settings: Settings) -> dict[str, Ec2InstanceType]:
+    """EC2's own description of the GPU and system types (DescribeInstanceTypes)."""
+    keys = {
+        settings.gpu_nodes.instance_type: f"{PROJECT}:gpuNodes.instanceType",
+        settings.system_nodes.instance_type: f"{PROJECT}:systemNodes.instanceType",
+    }
+    described = {}
+    for name, key in keys.items():
+        try:
+            answer = aws.ec2.get_instance_type(instance_type=name, region=settings.region)
+        except Exception as error:  # a failed invoke raises a bare Exception carrying AWS's message
+            raise ConfigError(
+                [f"{key}: EC2 in {settings.region} does not describe {name!r}: {error}"]
+            ) from None
+        gpus = list(answer.gpuses or [])
+        described[name] = Ec2InstanceType(
+            name=name,
+            vcpus=answer.default_vcpus,
+            memory_mib=answer.memory_size,
+            gpus=sum(g.count for g in gpus),
+            gpu_name=gpus[0].name if gpus else "",
+            gpu_memory_mib=gpus[0].memory_size if gpus else 0,
+            efa_max_interfaces=answer.efa_maximum_interfaces if answer.efa_supported else 0,
+            instance_storage_gb=answer.total_instance_storage or 0,
+        )
+    return described
 
 
 def stack_record(stack_id: str, region: str) -> StackRecord | None:
@@ -71,13 +100,13 @@ def cluster_creator(record: StackRecord | None, cluster_name: str, region: str) 
 def main() -> None:
     stack = pulumi.get_stack()
     settings = load_settings(stack_config())
-    plan = plan_stack(settings, stack=stack)
+    plan = plan_stack(settings, stack=stack, ec2=described_by_ec2(settings))
     stack_id = f"{PROJECT}/{stack}"
     record = stack_record(stack_id, settings.region)
     zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region), record)
     creator = cluster_creator(record, plan.cluster_name, settings.region)
     access = plan_access(settings, creator)
-    for message in (plan.fit.summary(), *access.notes):
+    for message in (plan.hardware_summary(), plan.fit.summary(), *access.notes):
         pulumi.log.info(message)
     for message in (*plan.warnings, *zones.warnings):
         pulumi.log.warn(message)

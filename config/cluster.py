@@ -147,6 +147,12 @@ class GpuNodesConfig(NodeGroupConfig):
     disk_size_gib: int = Field(
         200, ge=50, le=16384, description="Root volume of each GPU node (image ~15 GiB, model cache)."
     )
+    accept_idle_gpus: bool = Field(
+        False,
+        description="Each worker needs its own EFA interface, so a type with more GPUs than EFA interfaces "
+        "x tensorParallelSize leaves GPUs idle (g6.12xlarge: 4 GPUs, 1 EFA). Preview refuses that, with "
+        "the numbers, unless this is true.",
+    )
     taint: bool = Field(
         True,
         description="Taint GPU nodes `nvidia.com/gpu=true:NoSchedule` so only pods that tolerate it "

@@ -44,8 +44,10 @@ class WorkerConfig(StrictModel):
 
     cpu: Quantity | None = Field(None, description="CPU request and limit per worker (override).")
     memory: Quantity | None = Field(None, description="Memory request and limit per worker (override).")
-    shm_size: Quantity = Field(
-        "16Gi", description="Size of the memory-backed /dev/shm (NCCL/NIXL and vLLM use it)."
+    shm_size: Quantity | None = Field(
+        None,
+        description="Size of the memory-backed /dev/shm (NCCL, NIXL and vLLM use it; it counts against the "
+        "worker's memory). Default: 16Gi per GPU of the worker, at most a quarter of its memory.",
     )
 
 

@@ -205,7 +205,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         "cpu": worker_size.cpu,
         "memory": worker_size.memory,
         GPU_RESOURCE: str(tp),
-        EFA_RESOURCE: "1",
+        EFA_RESOURCE: str(plan.efa_per_worker),
     }
     tolerations = (
         [Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")]
@@ -236,7 +236,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         volumes=[
             Volume(
                 name="dshm",
-                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=serving.worker.shm_size),
+                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=plan.shm_size),
             ),
             # Survives container restarts (not pod deletion): the weights are downloaded once per pod.
             Volume(name="model-cache", empty_dir=EmptyDirVolumeSource()),

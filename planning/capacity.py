@@ -61,8 +61,37 @@ KNOWN_MODELS: dict[str, ModelSize] = {
 
 
 def pods_per_node(spec: InstanceType, tensor_parallel_size: int) -> int:
-    """GPU worker pods one node hosts: each takes `tp` GPUs and one EFA interface."""
+    """GPU worker pods one node hosts: each takes `tp` GPUs and at least one EFA interface."""
     return max(0, min(spec.gpus // tensor_parallel_size, spec.efa_interfaces))
+
+
+def efa_per_pod(spec: InstanceType, per_node: int) -> int:
+    """EFA interfaces each worker pod requests: its share of the node's, all of them when it owns the
+    node (p5.48xlarge with tensor parallel 8: 32), so the KV cache crosses nodes over every rail the
+    node has rather than one."""
+    return spec.efa_interfaces // max(per_node, 1)
+
+
+def idle_gpus(spec: InstanceType, tensor_parallel_size: int) -> int:
+    """GPUs of a node no worker uses (a g6.12xlarge's 4 GPUs share 1 EFA interface: 3 idle at tp 1)."""
+    return spec.gpus - pods_per_node(spec, tensor_parallel_size) * tensor_parallel_size
+
+
+def tensor_parallel_for_all_gpus(spec: InstanceType) -> int | None:
+    """The smallest tensor-parallel size that leaves no GPU of the node idle, if any does."""
+    return next(
+        (tp for tp in range(1, spec.gpus + 1) if spec.gpus % tp == 0 and idle_gpus(spec, tp) == 0), None
+    )
+
+
+SHM_PER_GPU_GIB = 16
+"""Memory-backed /dev/shm per GPU of a worker (NCCL's intra-node buffers under tensor parallelism,
+NIXL's host staging without GPUDirect RDMA): the seed's 16Gi for its one GPU, scaled."""
+
+
+def shm_size(tensor_parallel_size: int, worker_memory_gib: float) -> str:
+    """`SHM_PER_GPU_GIB` per GPU of the worker, at most a quarter of its memory (it counts against it)."""
+    return f"{int(min(SHM_PER_GPU_GIB * tensor_parallel_size, worker_memory_gib // 4))}Gi"
 
 
 @dataclass(frozen=True)

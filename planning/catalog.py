@@ -1,5 +1,10 @@
-"""A small catalog of EC2 instance types: what the config validators, the pod sizing and the fit check
-know about the hardware, without asking AWS at preview time.
+"""What the stack knows about instance types: EC2's own description, asked at every preview and up
+(`aws.ec2.get_instance_type`), merged with a small offline catalog.
+
+The catalog serves offline work (`ops render`, the tests) and says what EC2 does not: GPU memory as
+the driver reports it (what vLLM's `gpu_memory_utilization` is a fraction of) and GPUDirect RDMA.
+EC2 wins on everything it says, and a disagreement is a preview warning; a type the catalog does not
+know needs no code change (`from_ec2`).
 
 Sources (read 2026-11): AWS "Accelerated computing instance specifications"
 (https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html) and "General purpose instance
@@ -33,6 +38,8 @@ class InstanceType:
     efa_interfaces: int = 0
     """Maximum EFA interfaces; 0 means the type has no EFA."""
     gpudirect_rdma: bool = False
+    local_nvme_gb: int = 0
+    """Instance-store NVMe, in GB (0: none or unknown)."""
     source: str = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
 
     @property
@@ -42,6 +49,13 @@ class InstanceType:
     @property
     def has_efa(self) -> bool:
         return self.efa_interfaces > 0
+
+    @property
+    def origin(self) -> str:
+        """Who described the type: EC2, the stack file, or (offline) the catalog."""
+        if self.source.startswith("EC2"):
+            return "EC2"
+        return "stack file" if self.source.startswith("the stack file") else "offline catalog"
 
     def describe_gpu(self) -> str:
         return f"{self.gpu_model} {self.gpu_memory_gb} GB"
@@ -142,6 +156,56 @@ CATALOG: dict[str, InstanceType] = {
 }
 
 
+@dataclass(frozen=True)
+class Ec2InstanceType:
+    """EC2's DescribeInstanceTypes answer for one type, in its own units (what `get_instance_type` says)."""
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    gpus: int = 0
+    gpu_name: str = ""
+    gpu_memory_mib: int = 0
+    """Per GPU."""
+    efa_max_interfaces: int = 0
+    """0 when EFA is not supported."""
+    instance_storage_gb: int = 0
+
+
+def _gpudirect_rdma(name: str) -> bool:
+    """Not in DescribeInstanceTypes: P-series GPUs (p4d and later) register their memory with EFA
+    directly (aws/aws-ofi-nccl#547); G-series (g5, g6, g6e) do not."""
+    return name.startswith("p")
+
+
+def from_ec2(ec2: Ec2InstanceType, offline: InstanceType | None) -> tuple[InstanceType, list[str]]:
+    """EC2's figures, with GPU memory as the driver reports it and GPUDirect RDMA from the catalog when
+    it knows the type; and a warning for every figure where the catalog disagrees with EC2."""
+    described = InstanceType(
+        name=ec2.name,
+        vcpu=ec2.vcpus,
+        memory_gib=ec2.memory_mib // 1024,
+        gpus=ec2.gpus,
+        gpu_model=ec2.gpu_name,
+        gpu_memory_gb=round(ec2.gpu_memory_mib * 2**20 / 1e9),
+        gpu_memory_gib=offline.gpu_memory_gib if offline else round(ec2.gpu_memory_mib / 1024, 2),
+        efa_interfaces=ec2.efa_max_interfaces,
+        gpudirect_rdma=offline.gpudirect_rdma if offline else _gpudirect_rdma(ec2.name),
+        local_nvme_gb=ec2.instance_storage_gb,
+        source="EC2 DescribeInstanceTypes" + (" and planning/catalog.py" if offline else ""),
+    )
+    warnings = []
+    if offline is not None:
+        for field in ("vcpu", "memory_gib", "gpus", "efa_interfaces"):
+            ours, theirs = getattr(offline, field), getattr(described, field)
+            if ours != theirs:
+                warnings.append(
+                    f"{ec2.name}: planning/catalog.py says {field} {ours}, EC2 says {theirs}; using EC2's "
+                    "(update the catalog)"
+                )
+    return described, warnings
+
+
 def lookup(name: str, described: InstanceSpec | None = None) -> InstanceType | None:
     """The type as the stack file describes it (`instanceSpec`), else as the catalog knows it."""
     if described is not None:
@@ -158,6 +222,16 @@ def lookup(name: str, described: InstanceSpec | None = None) -> InstanceType | N
             source="the stack file's instanceSpec",
         )
     return CATALOG.get(name)
+
+
+def resolve(
+    name: str, described: InstanceSpec | None, ec2: Ec2InstanceType | None
+) -> tuple[InstanceType | None, list[str]]:
+    """The stack file's description wins; else EC2's answer (at preview and up) merged with the
+    catalog; else (offline) the catalog. None when nobody knows the type."""
+    if described is not None or ec2 is None:
+        return lookup(name, described), []
+    return from_ec2(ec2, CATALOG.get(name))
 
 
 def known_types(*, gpu: bool, efa: bool | None = None) -> list[str]:

@@ -11,6 +11,7 @@ whole ready timeout for a pod that cannot be placed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from config import PROJECT, ConfigError, Settings, versions
@@ -19,13 +20,17 @@ from planning.capacity import (
     GIB,
     FitReport,
     WorkerResources,
+    efa_per_pod,
     fit_report,
+    idle_gpus,
     pods_per_node,
+    shm_size,
     system_node_free,
+    tensor_parallel_for_all_gpus,
     worker_resources,
     worker_share,
 )
-from planning.catalog import InstanceType, known_types, lookup
+from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
@@ -43,6 +48,10 @@ class Plan:
     """GPU worker pods of one Ray cluster: one per prefill or decode replica."""
     worker: WorkerResources
     """CPU and memory of each GPU worker pod."""
+    efa_per_worker: int
+    """EFA interfaces each worker requests: its share of the node's."""
+    shm_size: str
+    """Memory-backed /dev/shm of each worker."""
     fit: FitReport
     """Whether the model can start on a worker, with the numbers (logged at every preview)."""
     upgrade: UpgradePlan
@@ -52,31 +61,61 @@ class Plan:
     warnings: tuple[str, ...] = ()
     """What preview should say but not refuse."""
 
+    def hardware_summary(self) -> str:
+        """What each GPU node and worker gets, for the preview log."""
+        gpu, tp = self.gpu, self.fit.tensor_parallel_size
+        return (
+            f"{gpu.name} (per {gpu.origin}): {gpu.vcpu} vCPU, {gpu.memory_gib} GiB, {gpu.gpus} x "
+            f"{gpu.gpu_model} {gpu.gpu_memory_gib:g} GiB, {gpu.efa_interfaces} EFA, GPUDirect RDMA "
+            f"{'yes' if gpu.gpudirect_rdma else 'no'}; {self.gpu_pods_per_node} worker(s) per node, each "
+            f"{tp} GPU, {self.efa_per_worker} EFA, {self.worker.cpu} CPU, {self.worker.memory} memory, "
+            f"/dev/shm {self.shm_size}"
+        )
+
 
 def default_cluster_name(stack: str) -> str:
     """`<project>-<stack>`, cut to what EKS accepts (letters, digits, hyphens, at most 100)."""
     return re.sub(r"[^A-Za-z0-9-]", "-", f"{PROJECT}-{stack}")[:100].rstrip("-")
 
 
-def _gpu_type(settings: Settings) -> InstanceType:
+def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[InstanceType, list[str]]:
     nodes = settings.gpu_nodes
-    spec = lookup(nodes.instance_type, nodes.instance_spec)
+    spec, warnings = resolve(nodes.instance_type, nodes.instance_spec, ec2)
     if spec is None:
         reason = (
-            f"{nodes.instance_type!r} is not in the instance catalog; describe it with "
-            f"{PROJECT}:gpuNodes.instanceSpec, or pick a catalogued type"
+            f"{nodes.instance_type!r} is not in the instance catalog, and offline nobody asks EC2; describe "
+            f"it with {PROJECT}:gpuNodes.instanceSpec, or pick a catalogued type"
         )
     elif not spec.has_gpu:
         reason = f"{nodes.instance_type!r} has no GPU"
     elif not spec.has_efa:
         reason = f"{nodes.instance_type!r} has no EFA, so NIXL could not move the KV cache over EFA"
     else:
-        return spec
+        return spec, warnings
     allowed = ", ".join(known_types(gpu=True, efa=True))
     raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; catalogued: {allowed}"])
 
 
-def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int) -> list[str]:
+def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
+    """(what sits idle, with the numbers; what would use it), or None when every GPU works."""
+    tp = settings.model.tensor_parallel_size
+    idle = idle_gpus(gpu, tp)
+    if not idle:
+        return None
+    nodes = settings.gpu_nodes.desired_size
+    better = tensor_parallel_for_all_gpus(gpu)
+    fixes = [f"{PROJECT}:model.tensorParallelSize {better}"] if better else []
+    fixes.append("a type with one GPU per EFA interface (g6.8xlarge, g6e.8xlarge, p5.48xlarge)")
+    summary = (
+        f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus} GPUs and {gpu.efa_interfaces} EFA "
+        f"interface(s); each worker needs one, so a node hosts {pods_per_node(gpu, tp)} worker(s) of "
+        f"tensorParallelSize {tp} and {idle} of its {gpu.gpus} GPUs sit idle ({idle * nodes} of "
+        f"{gpu.gpus * nodes} paid for across gpuNodes.desiredSize {nodes})"
+    )
+    return summary, " or ".join(fixes)
+
+
+def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int, shm: str) -> list[str]:
     """Worker pods that could never be scheduled, or never start."""
     worker = settings.serving.worker
     cpu_share, memory_share = worker_share(gpu, per_node)
@@ -93,9 +132,9 @@ def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int) -> li
             f"({memory_share}Gi with {where}); the pod could never be scheduled"
         )
     memory = worker.memory or f"{memory_share}Gi"
-    if quantity_value(worker.shm_size) >= quantity_value(memory):
+    if quantity_value(shm) >= quantity_value(memory):
         problems.append(
-            f"{PROJECT}:serving.worker.shmSize: {worker.shm_size} of memory-backed /dev/shm counts against "
+            f"{PROJECT}:serving.worker.shmSize: {shm} of memory-backed /dev/shm counts against "
             f"the worker's memory {memory} and must stay well below it"
         )
     return problems
@@ -122,9 +161,11 @@ def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]
     return problems
 
 
-def plan_stack(settings: Settings, *, stack: str) -> Plan:
-    """Raises ConfigError naming every key involved when the hardware cannot carry the settings."""
-    gpu = _gpu_type(settings)
+def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceType] | None = None) -> Plan:
+    """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
+    `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog)."""
+    ec2 = ec2 or {}
+    gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
     model = settings.model
     tp = model.tensor_parallel_size
     if tp > gpu.gpus:
@@ -135,8 +176,10 @@ def plan_stack(settings: Settings, *, stack: str) -> Plan:
             ]
         )
     system_nodes = settings.system_nodes
-    system = lookup(system_nodes.instance_type, system_nodes.instance_spec)
-    warnings = []
+    system, system_warnings = resolve(
+        system_nodes.instance_type, system_nodes.instance_spec, ec2.get(system_nodes.instance_type)
+    )
+    warnings += system_warnings
     if system is None:
         warnings.append(
             f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
@@ -146,7 +189,14 @@ def plan_stack(settings: Settings, *, stack: str) -> Plan:
     per_node = pods_per_node(gpu, tp)
     workers = model.prefill_replicas + model.decode_replicas
     capacity = settings.gpu_nodes.desired_size * per_node
-    problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node)
+    resources = worker_resources(gpu, per_node, settings.serving.worker)
+    shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
+    problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node, shm)
+    idle = _idle_gpus(settings, gpu)
+    if idle and settings.gpu_nodes.accept_idle_gpus:
+        warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
+    elif idle:
+        problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
     if workers > capacity:
         problems.append(
             f"{PROJECT}:model.prefillReplicas + model.decodeReplicas = {workers} GPU workers, but "
@@ -172,7 +222,9 @@ def plan_stack(settings: Settings, *, stack: str) -> Plan:
         system=system,
         gpu_pods_per_node=per_node,
         gpu_workers=workers,
-        worker=worker_resources(gpu, per_node, settings.serving.worker),
+        worker=resources,
+        efa_per_worker=efa_per_pod(gpu, per_node),
+        shm_size=shm,
         fit=fit,
         upgrade=upgrade,
         image=settings.serving.image or versions.regional_image(settings.region),

@@ -104,7 +104,7 @@ def test_engine_config_strings_are_parsed_like_yaml_values():
         (
             "gpuNodes",
             {"instanceType": "g9.mega"},
-            "'g9.mega' is not in the instance catalog; describe it with ray-llm-eks:gpuNodes.instanceSpec",
+            "'g9.mega' is not in the instance catalog, and offline nobody asks EC2; describe it with",
         ),
         # more workers than the GPU nodes can host
         (

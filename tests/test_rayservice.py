@@ -268,7 +268,7 @@ class TestServingVariants:
     def test_another_model_and_tensor_parallelism(self):
         run = run_stack(
             overrides={
-                "gpuNodes": {"instanceType": "g6e.12xlarge"},
+                "gpuNodes": {"instanceType": "g6e.12xlarge", "acceptIdleGpus": True},
                 "model": {
                     "id": "qwen3-32b",
                     "source": "Qwen/Qwen3-32B",

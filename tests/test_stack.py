@@ -127,9 +127,9 @@ class TestDevStackBuildsTheSeedSystem:
         assert efa["values"]["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
 
     def test_efa_plugin_allows_the_gpu_type_in_use(self):
-        run = run_stack(overrides={"gpuNodes": {"instanceType": "g6e.12xlarge"}})
+        run = run_stack(overrides={"gpuNodes": {"instanceType": "g6e.8xlarge"}})
         (efa,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "aws-efa-k8s-device-plugin"]
-        assert efa.inputs["values"]["supportedInstanceLabels"]["values"] == ["g6e.12xlarge"]
+        assert efa.inputs["values"]["supportedInstanceLabels"]["values"] == ["g6e.8xlarge"]
 
     def test_kuberay_operator_on_system_nodes(self, dev_stack: StackRun):
         kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")

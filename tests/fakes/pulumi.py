@@ -31,12 +31,20 @@ PROJECT = "ray-llm-eks"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
+EC2_INSTANCE_TYPES: dict[str, dict[str, Any]] = json.loads(
+    (ROOT / "tests" / "fixtures" / "ec2" / "instance-types.json").read_text()
+)
+"""DescribeInstanceTypes' real answers for the types the tests use (tests/fixtures/ec2/README.md)."""
 CALLER_ARN = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
 """Who runs `pulumi up` in the mocked world (STS GetCallerIdentity)."""
 
 # Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
 DEFAULT_OFFERINGS = {
-    "sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1b"], "g6e.12xlarge": ["sa-east-1a", "sa-east-1b"]},
+    "sa-east-1": {
+        "g6.8xlarge": ["sa-east-1a", "sa-east-1b"],
+        "g6e.8xlarge": ["sa-east-1a", "sa-east-1b"],
+        "g6e.12xlarge": ["sa-east-1a", "sa-east-1b"],
+    },
     "us-east-1": {
         "g6.8xlarge": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"],
         "p5.48xlarge": ["us-east-1a", "us-east-1b"],
@@ -119,6 +127,34 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResource(request)
 
 
+def catalog_answer(name: str) -> dict[str, Any] | None:
+    """EC2's answer synthesized from planning/catalog.py, for catalogued types the fixture lacks (the
+    hardware-class tests use the fixture's real figures)."""
+    from planning.catalog import CATALOG
+
+    spec = CATALOG.get(name)
+    if spec is None:
+        return None
+    gpus = [
+        {
+            "name": spec.gpu_model,
+            "manufacturer": "NVIDIA",
+            "count": spec.gpus,
+            "memorySize": round(spec.gpu_memory_gb * 1e9 / 2**20),
+        }
+    ]
+    answer = {
+        "id": name,
+        "defaultVcpus": spec.vcpu,
+        "memorySize": spec.memory_gib * 1024,
+        "efaSupported": spec.has_efa,
+    }
+    answer["gpuses"] = gpus if spec.has_gpu else []
+    if spec.has_efa:
+        answer["efaMaximumInterfaces"] = spec.efa_interfaces
+    return answer
+
+
 @dataclass
 class AwsState:
     """What exists in the mocked AWS account before the run: the stack's VPC (by its tags) and the EKS
@@ -127,6 +163,8 @@ class AwsState:
     vpc_tags: dict[str, str] | None = None
     clusters: list[str] = field(default_factory=list)
     caller_arn: str = CALLER_ARN
+    instance_types: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(EC2_INSTANCE_TYPES))
+    """What EC2 says about each instance type (DescribeInstanceTypes)."""
 
 
 def deployed(run: StackRun) -> AwsState:
@@ -200,6 +238,12 @@ class StackMocks(pulumi_mocks.Mocks):
         if args.token == "aws:ec2/getVpc:getVpc":
             assert args.args["id"] == "vpc-deployed"
             return {"id": "vpc-deployed", "tags": self.aws.vpc_tags}, []
+        if args.token == "aws:ec2/getInstanceType:getInstanceType":
+            name = args.args["instanceType"]
+            answer = self.aws.instance_types.get(name) or catalog_answer(name)
+            if answer is None:  # as EC2 refuses it; the SDK raises it in the program
+                return {}, [("instanceType", f"InvalidInstanceType: {name} does not exist")]
+            return answer, []
         if args.token == "aws:eks/getClusters:getClusters":
             return {"id": args.args["region"], "names": self.aws.clusters}, []
         raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
