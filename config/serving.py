@@ -10,6 +10,11 @@ from pydantic import Field, field_validator, model_validator
 from config import versions
 from config.base import DnsLabel, Quantity, SemVer, StrictModel, quantity_value
 
+IMAGE_REFERENCE = (
+    r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9._/-]+"  # registry host[:port]/repository
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"  # :tag and/or @digest
+)
+
 
 class KubeRayConfig(StrictModel):
     """The KubeRay operator (Helm chart `kuberay-operator`), on the system nodes."""
@@ -70,10 +75,17 @@ class ServingConfig(StrictModel):
     )
     image: str | None = Field(
         None,
-        min_length=1,
-        description="Ray LLM container image. Default: the AWS Ray LLM DLC in the stack's region "
-        f"(`{versions.DLC_REGISTRY_ACCOUNT}.dkr.ecr.<region>.amazonaws.com/"
-        f"{versions.RAY_LLM_IMAGE_REPOSITORY}:{versions.RAY_LLM_IMAGE_TAG}`).",
+        pattern=IMAGE_REFERENCE,
+        description="Ray LLM container image, by tag or by digest (`repo@sha256:...`). Default: the AWS Ray "
+        f"LLM DLC in the stack's region (`{versions.DLC_REGISTRY_ACCOUNT}.dkr.ecr.<region>.amazonaws.com/"
+        f"{versions.RAY_LLM_IMAGE_REPOSITORY}:{versions.RAY_LLM_IMAGE_TAG}`) where that registry exists; "
+        "elsewhere this key is required (the public mirror or your own ECR copy).",
+    )
+    image_digest: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Pin the default DLC image by digest instead of its mutable tag, so what runs is what "
+        "you tested (`docker buildx imagetools inspect <image>` or `aws ecr describe-images` shows it).",
     )
     ray_version: SemVer = Field(
         versions.RAY_VERSION, description="Ray version inside the image (KubeRay's `rayVersion`)."
@@ -95,6 +107,14 @@ class ServingConfig(StrictModel):
     )
     head: HeadConfig = Field(default_factory=HeadConfig)  # type: ignore[arg-type]
     worker: WorkerConfig = Field(default_factory=WorkerConfig)  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_image(self) -> ServingConfig:
+        if self.image and self.image_digest:
+            raise ValueError(
+                "imageDigest pins the default image; with image set, put the digest in it (repo@sha256:...)"
+            )
+        return self
 
 
 _RESERVED_ENGINE_KWARGS = {

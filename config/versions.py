@@ -41,12 +41,35 @@ DLC_REGISTRY_ACCOUNT = "763104351884"
 RAY_LLM_PUBLIC_IMAGE = (
     f"public.ecr.aws/deep-learning-containers/{RAY_LLM_IMAGE_REPOSITORY}:{RAY_LLM_IMAGE_TAG}"
 )
-"""Public mirror of the same image, for regions without the regional DLC registry."""
+"""Public mirror of the same image: the way to run in a region without the regional registry."""
+
+DLC_REGIONS = frozenset(
+    {
+        "us-east-1",
+        "us-east-2",
+        "us-west-1",
+        "us-west-2",
+        "ca-central-1",
+        "sa-east-1",
+        "eu-central-1",
+        "eu-west-1",
+        "eu-west-2",
+        "eu-west-3",
+        "eu-north-1",
+        "ap-south-1",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-southeast-1",
+        "ap-southeast-2",
+    }
+)
+"""Regions whose DLC registry is account 763104351884 (aws/deep-learning-containers available_images.md).
+Opt-in regions, Osaka and China publish from other accounts (China under amazonaws.com.cn), GovCloud is
+not listed: there the image must be given (`serving.image`)."""
 
 
-def regional_image(region: str) -> str:
-    """The DLC image in the stack's own region, pulled over the VPC's NAT like the seed did."""
-    return (
-        f"{DLC_REGISTRY_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
-        f"{RAY_LLM_IMAGE_REPOSITORY}:{RAY_LLM_IMAGE_TAG}"
-    )
+def regional_image(region: str, digest: str | None = None) -> str:
+    """The DLC image in the stack's own region, pulled over the VPC's NAT like the seed did; by digest
+    when one is pinned (the tag is mutable, and `rayVersion` must match the Ray inside)."""
+    repository = f"{DLC_REGISTRY_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{RAY_LLM_IMAGE_REPOSITORY}"
+    return f"{repository}@{digest}" if digest else f"{repository}:{RAY_LLM_IMAGE_TAG}"

@@ -161,6 +161,22 @@ def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]
     return problems
 
 
+def _image(settings: Settings) -> str:
+    serving = settings.serving
+    if serving.image:
+        return serving.image
+    if settings.region not in versions.DLC_REGIONS:
+        raise ConfigError(
+            [
+                f"{PROJECT}:serving.image: aws:region {settings.region} has no known Ray LLM DLC registry "
+                f"(account {versions.DLC_REGISTRY_ACCOUNT} serves "
+                f"{', '.join(sorted(versions.DLC_REGIONS))}); set it, e.g. to the public mirror "
+                f"{versions.RAY_LLM_PUBLIC_IMAGE} or a copy in your own ECR"
+            ]
+        )
+    return versions.regional_image(settings.region, serving.image_digest)
+
+
 def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceType] | None = None) -> Plan:
     """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
     `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog)."""
@@ -227,6 +243,6 @@ def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceT
         shm_size=shm,
         fit=fit,
         upgrade=upgrade,
-        image=settings.serving.image or versions.regional_image(settings.region),
+        image=_image(settings),
         warnings=tuple(warnings),
     )

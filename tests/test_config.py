@@ -335,3 +335,31 @@ class TestNeverSchedulable:
     def test_an_uncatalogued_system_type_warns_that_the_head_is_unchecked(self):
         plan = plan_with("systemNodes", instanceType="m8g.xlarge")
         assert any("systemNodes.instanceSpec" in w for w in plan.warnings)
+
+
+class TestImage:
+    DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+    def test_the_default_image_can_be_pinned_by_digest(self):
+        image = plan_with("serving", imageDigest=self.DIGEST).image
+        assert image == f"763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray@{self.DIGEST}"
+
+    @pytest.mark.parametrize("region", ["af-south-1", "ap-northeast-3", "cn-north-1", "us-gov-west-1"])
+    def test_a_region_without_a_known_image_is_refused_naming_serving_image(self, region):
+        with pytest.raises(ConfigError) as caught:
+            plan_stack(load_settings({"aws:region": region}), stack="dev")
+        message = str(caught.value)
+        assert f"ray-llm-eks:serving.image: aws:region {region} has no known Ray LLM DLC registry" in message
+        assert "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0" in message
+        given = {"aws:region": region, f"{P}:serving": {"image": f"public.ecr.aws/x/ray@{self.DIGEST}"}}
+        assert plan_stack(load_settings(given), stack="dev").image == f"public.ecr.aws/x/ray@{self.DIGEST}"
+
+    @pytest.mark.parametrize(
+        "image", ["ray:latest", "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray@sha256:abc"]
+    )
+    def test_a_malformed_image_reference_is_refused(self, image):
+        assert "ray-llm-eks:serving.image" in error_of("serving", image=image)
+
+    def test_a_digest_and_an_image_together_are_refused(self):
+        message = error_of("serving", image="public.ecr.aws/x/ray:1", imageDigest=self.DIGEST)
+        assert "put the digest in it" in message

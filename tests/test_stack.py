@@ -366,7 +366,11 @@ class TestCoreAddonsAndPartitions:
     def test_arns_name_the_regions_partition(self, region: str, partition: str):
         viewer = f"arn:{partition}:iam::123456789012:role/viewer"
         run = run_stack(
-            config={"aws:region": region, "ray-llm-eks:cluster": {"viewerPrincipalArns": [viewer]}},
+            config={
+                "aws:region": region,
+                "ray-llm-eks:cluster": {"viewerPrincipalArns": [viewer]},
+                "ray-llm-eks:serving": {"image": "registry.example.com/ray:serve-llm-cuda-v1.0"},
+            },
             stack="far",
             offerings={region: {"g6.8xlarge": [f"{region}a", f"{region}b"]}},
         )
