@@ -23,6 +23,8 @@ class RayService(pulumi.ComponentResource):
     """The OpenAI-compatible endpoint's Service (`<name>-serve-svc`, port 8000)."""
     resource: k8s.apiextensions.CustomResource
     """The RayService custom resource."""
+    ready_check: k8s.batch.v1.Job
+    """Completes once the RayService's serve config is the one RUNNING (jobs/serve_ready.py)."""
 
     def __init__(
         self,
@@ -69,6 +71,24 @@ class RayService(pulumi.ComponentResource):
                     replace_on_changes=upgrade.replace_on_changes or None,
                     delete_before_replace=bool(upgrade.replace_on_changes),
                 ),
+            ),
+        )
+        # After the RayService: the Job that waits until the new serve config is the one RUNNING, named
+        # by the config's hash, so only a serve config change replaces it.
+        check = manifests.ready_check
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-ready-check",
+            metadata=check.config_map["metadata"],
+            data=check.config_map["data"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+        )
+        job = check.job.to_dict()
+        self.ready_check = k8s.batch.v1.Job(
+            f"{name}-ready-check",
+            metadata=job["metadata"],
+            spec=job["spec"],
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[self.resource, config_map])
             ),
         )
         self.namespace = namespace.metadata.name

@@ -87,6 +87,12 @@ class ServingConfig(StrictModel):
         description="Pin the default DLC image by digest instead of its mutable tag, so what runs is what "
         "you tested (`docker buildx imagetools inspect <image>` or `aws ecr describe-images` shows it).",
     )
+    readiness_check_image: str | None = Field(
+        None,
+        pattern=IMAGE_REFERENCE,
+        description="Image of the Job that checks a new serve config is the one RUNNING (a Python 3 "
+        f"interpreter is all it needs). Default: `{versions.READINESS_CHECK_IMAGE}`.",
+    )
     ray_version: SemVer = Field(
         versions.RAY_VERSION, description="Ray version inside the image (KubeRay's `rayVersion`)."
     )

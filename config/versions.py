@@ -35,6 +35,10 @@ RAY_LLM_IMAGE_REPOSITORY = "ray"
 RAY_LLM_IMAGE_TAG = "serve-llm-cuda-v1.0"
 """AWS Ray LLM Deep Learning Container: Ray 2.58.0, vLLM, NIXL, libfabric/EFA, aws-ofi-nccl."""
 
+READINESS_CHECK_IMAGE = "public.ecr.aws/docker/library/python:3.12-alpine"
+"""Where jobs/serve_ready.py runs (standard library only): Docker's official Python image, from ECR
+Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides it."""
+
 DLC_REGISTRY_ACCOUNT = "763104351884"
 """The AWS account that publishes Deep Learning Containers to ECR in each region."""
 

@@ -54,8 +54,14 @@ class VolumeMount(K8sModel):
     mount_path: str
 
 
+class Capabilities(K8sModel):
+    drop: list[str]
+
+
 class SecurityContext(K8sModel):
-    privileged: bool
+    privileged: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
 
 
 class ExecAction(K8sModel):
@@ -73,12 +79,14 @@ class Lifecycle(K8sModel):
 class Container(K8sModel):
     name: str
     image: str
+    command: list[str] | None = None
     ports: list[ContainerPort] | None = None
     env: list[EnvVar] | None = None
     resources: ResourceRequirements
     volume_mounts: list[VolumeMount] | None = None
     security_context: SecurityContext | None = None
     lifecycle: Lifecycle | None = None
+    termination_message_policy: Literal["File", "FallbackToLogsOnError"] | None = None
 
 
 class EmptyDirVolumeSource(K8sModel):
@@ -86,9 +94,20 @@ class EmptyDirVolumeSource(K8sModel):
     size_limit: Quantity | None = None
 
 
+class HostPathVolumeSource(K8sModel):
+    path: str
+    type: Literal["DirectoryOrCreate", "Directory"]
+
+
+class ConfigMapVolumeSource(K8sModel):
+    name: str
+
+
 class Volume(K8sModel):
     name: str
-    empty_dir: EmptyDirVolumeSource
+    empty_dir: EmptyDirVolumeSource | None = None
+    host_path: HostPathVolumeSource | None = None
+    config_map: ConfigMapVolumeSource | None = None
 
 
 class Toleration(K8sModel):
@@ -102,6 +121,7 @@ class PodSpec(K8sModel):
     volumes: list[Volume] | None = None
     node_selector: dict[str, str]
     tolerations: list[Toleration] | None = None
+    restart_policy: Literal["Never", "OnFailure"] | None = None
 
 
 class PodTemplate(K8sModel):

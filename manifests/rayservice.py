@@ -22,6 +22,7 @@ from manifests.k8s import (
     EnvVar,
     EnvVarSource,
     ExecAction,
+    HostPathVolumeSource,
     K8sModel,
     Lifecycle,
     LifecycleHandler,
@@ -38,6 +39,7 @@ from manifests.k8s import (
     namespace,
     pod_security_labels,
 )
+from manifests.readiness import ServeReadyCheck, serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
 from planning.nodes import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
@@ -46,6 +48,9 @@ HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
 HF_TOKEN_KEY = "token"
 MODEL_CACHE_PATH = "/data/huggingface"
+NODE_MODEL_CACHE = "/var/lib/ray-llm/model-cache"
+"""On each GPU node's disk: the Hugging Face cache outlives the worker pods, so a replaced worker (a
+Ray cluster change, an eviction) finds the weights there, and the page cache still holds them."""
 
 
 class HeadGroupSpec(K8sModel):
@@ -89,7 +94,7 @@ class RayServiceManifest(K8sModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def ready_annotations(settings: Settings) -> dict[str, str]:
+def ready_annotations(settings: Settings, plan: Plan) -> dict[str, str]:
     """pulumi-kubernetes' await rules: `pulumi up` returns once the RayService is Ready (KubeRay: serve
     endpoints exist, for the current generation) and the application reports RUNNING.
 
@@ -97,10 +102,14 @@ def ready_annotations(settings: Settings) -> dict[str, str]:
     (since 4.24), where `.qwen-pd` is a syntax error and `['qwen-pd']` is not. Application names are
     DNS labels, so nothing inside the quotes needs escaping."""
     app = settings.serving.application_name
+    # With zero-downtime upgrades the old cluster stays Ready while the new one comes up: wait for
+    # KubeRay to finish switching (it reports UpgradeInProgress False with NoPendingCluster).
+    upgrading = ["condition=UpgradeInProgress=False"] if plan.upgrade.zero_downtime else []
     return {
         "pulumi.com/waitFor": json.dumps(
             [
                 "condition=Ready",
+                *upgrading,
                 f"jsonpath={{.status.activeServiceStatus.applicationStatuses['{app}'].status}}=RUNNING",
             ]
         ),
@@ -131,6 +140,8 @@ class ServingManifests:
 
     namespace: dict[str, Any]
     rayservice: RayServiceManifest
+    ready_check: ServeReadyCheck
+    """After a serve config change: the Job `pulumi up` waits on until the new config is RUNNING."""
     hf_token: SecretStr | None
 
     @property
@@ -139,9 +150,11 @@ class ServingManifests:
 
 
 def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
+    rayservice = build_rayservice(settings, plan)
     return ServingManifests(
         namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
-        rayservice=build_rayservice(settings, plan),
+        rayservice=rayservice,
+        ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2),
         hf_token=settings.hugging_face_token,
     )
 
@@ -238,8 +251,11 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 name="dshm",
                 empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=plan.shm_size),
             ),
-            # Survives container restarts (not pod deletion): the weights are downloaded once per pod.
-            Volume(name="model-cache", empty_dir=EmptyDirVolumeSource()),
+            # On the node's disk, not the pod's: the weights are downloaded once per node, not per pod.
+            Volume(
+                name="model-cache",
+                host_path=HostPathVolumeSource(path=NODE_MODEL_CACHE, type="DirectoryOrCreate"),
+            ),
         ],
     )
 
@@ -249,7 +265,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
             name=serving.name,
             namespace=serving.namespace,
             labels={"app.kubernetes.io/name": serving.name, "app.kubernetes.io/managed-by": "pulumi"},
-            annotations=ready_annotations(settings),
+            annotations=ready_annotations(settings, plan),
         ),
         spec=RayServiceSpec(
             upgrade_strategy=UpgradeStrategy(type=plan.upgrade.kuberay_strategy),

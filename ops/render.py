@@ -1,4 +1,5 @@
-"""`ops render`: the serving layer's manifests (Namespace, RayService) as multi-document YAML, offline.
+"""`ops render`: the serving layer's manifests (Namespace, RayService, the serve readiness check's
+ConfigMap and Job) as multi-document YAML, offline.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -30,7 +31,8 @@ _ManifestDumper.add_representer(str, _str_representer)
 
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     serving = build_serving(settings, plan)
-    return [serving.namespace, serving.rayservice.to_dict()]
+    check = serving.ready_check
+    return [serving.namespace, serving.rayservice.to_dict(), check.config_map, check.job.to_dict()]
 
 
 def render_manifests(settings: Settings, plan: Plan) -> str:

@@ -32,10 +32,13 @@ def test_render_prints_the_namespace_and_rayservice_the_program_creates(stack, c
     created = [
         run.one("kubernetes:core/v1:Namespace", "ray-llm-ns"),
         run.one("kubernetes:ray.io/v1:RayService"),
+        run.one("kubernetes:core/v1:ConfigMap", "ray-llm-ready-check"),
+        run.one("kubernetes:batch/v1:Job", "ray-llm-ready-check"),
     ]
     assert code == 0, err
+    fields = ("apiVersion", "kind", "metadata", "spec", "data")
     assert list(yaml.safe_load_all(out)) == [
-        {k: r.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in r.inputs} for r in created
+        {k: r.inputs[k] for k in fields if k in r.inputs} for r in created
     ]
 
 

@@ -304,6 +304,21 @@ class TestServingVariants:
         assert {c["image"] for c in [head_pod(obj)["containers"][0]]} == {image}
 
 
+class TestModelCache:
+    def test_weights_live_on_the_node_and_outlive_the_worker_pods(self, rayservice):
+        """A Ray cluster change replaces every worker pod; the weights stay on the node's disk."""
+        pod = worker_groups(rayservice)[0]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        (cache,) = [v for v in pod["volumes"] if v["name"] == "model-cache"]
+        assert cache == {
+            "name": "model-cache",
+            "hostPath": {"path": "/var/lib/ray-llm/model-cache", "type": "DirectoryOrCreate"},
+        }
+        assert env["HF_HOME"].startswith(mounts["model-cache"] + "/")
+
+
 class TestUpgradePath:
     """KubeRay's default upgrade starts a second Ray cluster for any rayClusterConfig change; with as
     many GPU nodes as workers it never schedules. The stack picks the path from the capacity."""

@@ -1,0 +1,251 @@
+"""`pulumi up` returns only when the new serve config is the one RUNNING: the readiness Job's program
+(jobs/serve_ready.py) against a fake Ray dashboard whose answers Ray 2.58's own schema accepts, and the
+Job under mocks: replaced when, and only when, serveConfigV2 changes, after the RayService, on the
+system nodes, valid as a Kubernetes Job."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from jobs.serve_ready import verdict, wait
+from tests.fakes.pulumi import ROOT, StackRun, run_stack
+
+JOB = "kubernetes:batch/v1:Job"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+
+
+def expected_apps(run: StackRun) -> list[dict[str, Any]]:
+    return yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])["applications"]
+
+
+def dashboard(app: dict[str, Any], status: str, message: str = "") -> dict[str, Any]:
+    """GET /api/serve/applications/ as Ray 2.58 answers it, for one application running `app`."""
+    deployed = {**app, "logging_config": {"encoding": "TEXT"}}  # Ray adds the global logging config
+    return {
+        "proxy_location": "EveryNode",
+        "proxies": {},
+        "applications": {
+            app["name"]: {
+                "name": app["name"],
+                "route_prefix": app["route_prefix"],
+                "docs_path": None,
+                "external_scaler_enabled": False,
+                "status": status,
+                "message": message,
+                "last_deployed_time_s": 1760000000.0,
+                "deployed_app_config": deployed,
+                "source": "declarative",
+                "deployments": {},
+            }
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def app(dev_stack: StackRun) -> dict[str, Any]:
+    (only,) = expected_apps(dev_stack)
+    return only
+
+
+@pytest.fixture(scope="module")
+def old_app(app: dict[str, Any]) -> dict[str, Any]:
+    old = copy.deepcopy(app)
+    old["args"]["decode_config"]["engine_kwargs"]["max_model_len"] = 2048
+    return old
+
+
+def test_the_fake_dashboard_answers_as_ray_does(app):
+    from ray.serve.schema import ServeInstanceDetails
+
+    for status in ("DEPLOYING", "RUNNING", "DEPLOY_FAILED"):
+        ServeInstanceDetails.model_validate(dashboard(app, status))
+
+
+class TestVerdict:
+    def test_our_config_running_is_done(self, app):
+        assert verdict([app], dashboard(app, "RUNNING"))[0] == "ok"
+
+    def test_the_previous_config_running_is_not_done(self, app, old_app):
+        """What KubeRay's status shows right after a serve config change: the old app, RUNNING."""
+        state, message = verdict([app], dashboard(old_app, "RUNNING"))
+        assert (state, message) == ("waiting", "qwen: still running the previous config (RUNNING)")
+
+    def test_our_config_deploying_is_not_done(self, app):
+        assert verdict([app], dashboard(app, "DEPLOYING")) == ("waiting", "qwen: DEPLOYING")
+
+    def test_our_config_failing_fails_with_rays_message(self, app):
+        answer = dashboard(app, "DEPLOY_FAILED", "Deploying app 'qwen' failed: CUDA out of memory")
+        answer["applications"]["qwen"]["deployments"] = {"Prefill": {"message": "replica died"}}
+        state, message = verdict([app], answer)
+        assert state == "failed"
+        assert (
+            message
+            == "qwen DEPLOY_FAILED: Deploying app 'qwen' failed: CUDA out of memory | Prefill: replica died"
+        )
+
+    def test_the_previous_config_failing_is_not_our_failure(self, app, old_app):
+        assert verdict([app], dashboard(old_app, "DEPLOY_FAILED"))[0] == "waiting"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_waits_through_deploying_until_running(app, old_app):
+    answers = iter([dashboard(old_app, "RUNNING"), dashboard(app, "DEPLOYING"), dashboard(app, "RUNNING")])
+    clock, said = FakeClock(), []
+    ok, _ = wait([app], lambda: next(answers), 600, 10, clock, clock.sleep, said.append)
+    assert ok and clock.now == 20
+    assert said == ["qwen: still running the previous config (RUNNING)", "qwen: DEPLOYING"]
+
+
+def test_gives_up_at_the_deadline_saying_what_it_last_saw(app, old_app):
+    clock = FakeClock()
+    ok, message = wait(
+        [app], lambda: dashboard(old_app, "RUNNING"), 60, 10, clock, clock.sleep, lambda _: None
+    )
+    assert not ok
+    assert message == (
+        "not serving the new config after 60 s; last seen: qwen: still running the previous config (RUNNING)"
+    )
+
+
+@pytest.fixture
+def fake_dashboard(app) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A Ray dashboard on loopback; the test sets the answers it gives, one per GET (the last repeats)."""
+    answers: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            assert self.path == "/api/serve/applications/?api_type=declarative"
+            body = json.dumps(answers.pop(0) if len(answers) > 1 else answers[0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answers
+    finally:
+        server.shutdown()
+
+
+def run_program(url: str, expected: list[dict[str, Any]], tmp_path) -> subprocess.CompletedProcess[str]:
+    """jobs/serve_ready.py as the Job runs it: a fresh interpreter, configured by its environment."""
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps(expected))
+    env = {
+        **os.environ,
+        "DASHBOARD_URL": url,
+        "EXPECTED": str(path),
+        "DEADLINE_SECONDS": "5",
+        "POLL_SECONDS": "0.05",
+    }
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "serve_ready.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_program_exits_0_once_the_new_config_runs(fake_dashboard, app, old_app, tmp_path):
+    url, answers = fake_dashboard
+    answers += [dashboard(old_app, "RUNNING"), dashboard(app, "DEPLOYING"), dashboard(app, "RUNNING")]
+    result = run_program(url, [app], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "every application runs the new config"
+
+
+def test_the_program_exits_1_with_rays_message_when_the_new_config_fails(fake_dashboard, app, tmp_path):
+    url, answers = fake_dashboard
+    answers += [dashboard(app, "DEPLOYING"), dashboard(app, "DEPLOY_FAILED", "max_model_len 200000 > 4096")]
+    result = run_program(url, [app], tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == "qwen DEPLOY_FAILED: max_model_len 200000 > 4096"
+
+
+class TestTheJob:
+    def names(self, run: StackRun) -> tuple[str, str]:
+        return (
+            run.one(JOB).inputs["metadata"]["name"],
+            run.one(CONFIG_MAP, "ray-llm-ready-check").inputs["metadata"]["name"],
+        )
+
+    @pytest.mark.parametrize(
+        ("overrides", "replaced"),
+        [
+            ({"model": {"maxModelLen": 2048}}, True),  # serve config
+            ({"model": {"decodeReplicas": 2}, "gpuNodes": {"desiredSize": 3, "maxSize": 3}}, True),
+            ({"serving": {"head": {"cpuRequest": "1.5"}}}, False),  # Ray cluster only
+            ({"serving": {"imageDigest": "sha256:" + "ab" * 32}}, False),
+            ({"serving": {"readyTimeoutMinutes": 60}}, False),
+        ],
+    )
+    def test_replaced_when_and_only_when_the_serve_config_changes(self, dev_stack, overrides, replaced):
+        changed = run_stack(overrides=overrides)
+        serve_changed = expected_apps(changed) != expected_apps(dev_stack)
+        assert serve_changed == replaced
+        assert (self.names(changed) != self.names(dev_stack)) == replaced
+
+    def test_runs_after_the_rayservice_on_the_system_nodes(self, dev_stack):
+        job = dev_stack.one(JOB)
+        assert dev_stack.one(RAYSERVICE).urn in job.dependencies
+        assert dev_stack.one(CONFIG_MAP, "ray-llm-ready-check").urn in job.dependencies
+        pod = job.inputs["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"role": "system"}
+        assert job.inputs["spec"]["backoffLimit"] == 0
+        (container,) = pod["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["DASHBOARD_URL"] == "http://ray-llm-head-svc.inference.svc:8265"
+        assert int(env["DEADLINE_SECONDS"]) < job.inputs["spec"]["activeDeadlineSeconds"]
+        assert int(job.inputs["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) > int(
+            job.inputs["spec"]["activeDeadlineSeconds"]
+        )
+
+    def test_the_config_map_carries_the_program_and_the_expected_config(self, dev_stack):
+        data = dev_stack.one(CONFIG_MAP, "ray-llm-ready-check").inputs["data"]
+        assert data["serve_ready.py"] == (ROOT / "jobs" / "serve_ready.py").read_text()
+        assert json.loads(data["expected.json"]) == expected_apps(dev_stack)
+
+    def test_the_job_is_a_valid_kubernetes_job(self, dev_stack):
+        job = {k: dev_stack.one(JOB).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+        kubernetes_validate.validate(job, "1.35", strict=True)
+
+    def test_zero_downtime_upgrades_wait_for_the_switch_too(self, dev_stack):
+        recreate = json.loads(
+            dev_stack.one(RAYSERVICE).inputs["metadata"]["annotations"]["pulumi.com/waitFor"]
+        )
+        assert "condition=UpgradeInProgress=False" not in recreate
+        spare = run_stack(
+            overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}, "systemNodes": {"desiredSize": 2}}
+        )
+        zero = json.loads(spare.one(RAYSERVICE).inputs["metadata"]["annotations"]["pulumi.com/waitFor"])
+        assert "condition=UpgradeInProgress=False" in zero
