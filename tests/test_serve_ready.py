@@ -144,7 +144,7 @@ def fake_dashboard(app) -> Iterator[tuple[str, list[dict[str, Any]]]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *_: Any) -> None:
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
