@@ -32,6 +32,7 @@ from manifests.rayservice import build_serving
 from planning import plan_stack
 from planning.access import plan_access
 from planning.catalog import Ec2InstanceType
+from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
 
 
@@ -97,6 +98,11 @@ def cluster_creator(record: StackRecord | None, cluster_name: str, region: str) 
     return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
 
 
+def warn(message: str | None) -> None:
+    if message:
+        pulumi.log.warn(message)
+
+
 def main() -> None:
     stack = pulumi.get_stack()
     settings = load_settings(stack_config())
@@ -153,7 +159,15 @@ def main() -> None:
         manifests=serving,
         upgrade=plan.upgrade,
         provider=cluster.provider,
-        depends_on=[kuberay.release, gpu_nodes.node_group, *device_plugins.releases],
+        depends_on=[kuberay.crds, kuberay.release, gpu_nodes.node_group, *device_plugins.releases],
+    )
+
+    fingerprint = serving.rayservice.cluster_fingerprint()
+    previous = pulumi.StackReference(f"{pulumi.get_organization() or 'organization'}/{PROJECT}/{stack}")
+    pulumi.Output.all(previous.get_output("rayClusterFingerprint"), previous.get_output("rayImage")).apply(
+        lambda before: warn(
+            cluster_change_notice(plan.upgrade, (before[0], before[1]), (fingerprint, plan.image))
+        )
     )
 
     namespace = settings.serving.namespace
@@ -169,6 +183,8 @@ def main() -> None:
     )
     pulumi.export("openaiBaseUrl", "http://127.0.0.1:8000/v1")
     pulumi.export("modelId", settings.model.id)
+    pulumi.export("rayClusterFingerprint", fingerprint)
+    pulumi.export("rayImage", plan.image)
 
 
 if __name__ == "__main__":

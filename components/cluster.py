@@ -182,6 +182,11 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-coredns",
             cluster_name=cluster_name,
             addon_name="coredns",
+            # The newest coredns for this Kubernetes version, as pulumi-eks resolves its own add-ons:
+            # bumping kubernetesVersion updates it after the control plane and the system nodes.
+            addon_version=aws.eks.get_addon_version_output(
+                addon_name="coredns", kubernetes_version=config.kubernetes_version, most_recent=True
+            ).version,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             opts=pulumi.ResourceOptions.merge(

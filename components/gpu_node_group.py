@@ -18,6 +18,18 @@ import pulumi_eks as eks
 from components.cluster import Cluster
 from config.cluster import GpuNodesConfig
 from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
+from planning.upgrades import GPU_NODE_UPDATE
+
+
+def no_surge(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """pulumi-eks's ManagedNodeGroup takes no update config (pulumi/pulumi-eks#1147), so this
+    transform sets it on the `aws.eks.NodeGroup` the component creates (transforms reach the children
+    of packaged components)."""
+    if args.type_ != "aws:eks/nodeGroup:NodeGroup":
+        return None
+    return pulumi.ResourceTransformResult(
+        props={**args.props, "updateConfig": dict(GPU_NODE_UPDATE)}, opts=args.opts
+    )
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -60,6 +72,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             placement_group_availability_zone=zone,
             enable_imd_sv2=True,
             # Nodes cannot join before the node role has its policies.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.node_role_policies),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=cluster.node_role_policies, transforms=[no_surge]
+            ),
         )
         self.register_outputs({"availabilityZone": zone})

@@ -21,5 +21,6 @@ def helm_release(
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
         namespace=namespace or chart.namespace,
         values=chart.values,
+        skip_crds=chart.skip_crds or None,
         opts=opts,
     )

@@ -1,7 +1,11 @@
-"""The KubeRay operator (Helm), on the system nodes, in its own namespace.
+"""The KubeRay operator (Helm), on the system nodes, in its own namespace, and its CRDs.
 
-It waits for the system node group only, so the GPU nodes boot while the operator installs. The
-chart ships the RayService CRD in crds/, which Helm installs before the operator.
+It waits for the system node group only, so the GPU nodes boot while the operator installs. Helm
+installs a chart's crds/ once and never upgrades them, so a chart bump would leave the old RayService
+CRD (and the API server would prune the new fields). The stack applies the chart's CRDs itself, at
+the chart's version, before the release, which skips them. They are kept on delete: deleting a CRD
+deletes every object of it, so no update or teardown of the stack ever deletes one (they go with the
+cluster).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
 from config.serving import KubeRayConfig
-from manifests.charts import kuberay_namespace, kuberay_operator
+from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator
 
 
 class KubeRayOperator(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
-    """The Helm release; custom resources of ray.io must wait for it (it brings their CRDs)."""
+    """The Helm release; custom resources of ray.io wait for it (the operator reconciles them)."""
+    crds: k8s.yaml.v2.ConfigGroup
+    """The chart's CRDs at its version."""
 
     def __init__(
         self,
@@ -35,7 +41,15 @@ class KubeRayOperator(pulumi.ComponentResource):
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata=kuberay_namespace(config)["metadata"], opts=child
         )
+        self.crds = k8s.yaml.v2.ConfigGroup(
+            f"{name}-crds",
+            files=kuberay_crds(config),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
+        )
         self.release = helm_release(
-            f"{name}-operator", kuberay_operator(config), child, namespace=namespace.metadata.name
+            f"{name}-operator",
+            kuberay_operator(config),
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.crds])),
+            namespace=namespace.metadata.name,
         )
         self.register_outputs({"namespace": namespace.metadata.name, "release": self.release.name})

@@ -16,6 +16,21 @@ KUBERAY_CHART_VERSION = "1.7.0"
 
 KUBERAY_CHART_REPO = "https://ray-project.github.io/kuberay-helm/"
 
+KUBERAY_CRDS = ("rayclusters", "rayjobs", "rayservices", "raycronjobs")
+"""The chart's crds/ at every version we use (v1.7.0: these four). The operator exits when a CRD it
+watches is missing (RayCronJob's controller is off by default, its CRD harmless)."""
+
+
+def kuberay_crd_url(chart_version: str, plural: str) -> str:
+    """A KubeRay CRD as the chart of that version ships it (helm-chart/kuberay-operator/crds/, identical
+    to ray-operator/config/crd/bases/), from the release tag."""
+    tag = chart_version if chart_version.startswith("v") else f"v{chart_version}"
+    return (
+        f"https://raw.githubusercontent.com/ray-project/kuberay/{tag}/helm-chart/kuberay-operator/crds/"
+        f"ray.io_{plural}.yaml"
+    )
+
+
 NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.1"
 """`nvidia-device-plugin` chart from https://nvidia.github.io/k8s-device-plugin (NVIDIA/k8s-device-plugin)."""
 

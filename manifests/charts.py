@@ -29,6 +29,7 @@ class HelmChart:
     repo: str
     namespace: str
     values: dict[str, Any]
+    skip_crds: bool = False
 
 
 def _on_gpu_nodes(chart: str, version: str, repo: str, **values: Any) -> HelmChart:
@@ -58,13 +59,21 @@ def efa_device_plugin(instance_type: str) -> HelmChart:
 
 
 def kuberay_operator(config: KubeRayConfig) -> HelmChart:
+    """Installed with `skip_crds`: Helm installs a chart's crds/ once and never upgrades them, so the
+    stack applies them itself (`kuberay_crds`), at the chart's version."""
     return HelmChart(
         chart="kuberay-operator",
         version=config.chart_version,
         repo=versions.KUBERAY_CHART_REPO,
         namespace=config.namespace,
         values={"nodeSelector": dict(SYSTEM_NODE_LABELS)},
+        skip_crds=True,
     )
+
+
+def kuberay_crds(config: KubeRayConfig) -> list[str]:
+    """The chart's CRDs, at the chart's version."""
+    return [versions.kuberay_crd_url(config.chart_version, plural) for plural in versions.KUBERAY_CRDS]
 
 
 def kuberay_namespace(config: KubeRayConfig) -> dict[str, Any]:

@@ -8,6 +8,7 @@ what you review is what gets applied.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -92,6 +93,11 @@ class RayServiceManifest(K8sModel):
     def to_dict(self) -> dict[str, Any]:
         """The object as the API server sees it: camelCase, unset fields absent (never null)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def cluster_fingerprint(self) -> str:
+        """A hash of `spec.rayClusterConfig`: a change to it means a new Ray cluster."""
+        cluster = self.to_dict()["spec"]["rayClusterConfig"]
+        return hashlib.sha256(json.dumps(cluster, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def ready_annotations(settings: Settings, plan: Plan) -> dict[str, str]:

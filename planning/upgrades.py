@@ -19,6 +19,13 @@ from config.base import quantity_value
 from planning.capacity import system_node_free
 from planning.catalog import InstanceType
 
+GPU_NODE_UPDATE = {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+"""How EKS rolls the GPU node group (a Kubernetes version bump, a new AMI or launch template): MINIMAL
+terminates a node before launching its replacement, one at a time, so an update never needs a GPU
+instance beyond the group's size, which capacity-constrained types often do not have (DEFAULT surges
+new nodes into the placement group first). The EKS NodegroupUpdateConfig API, in aws.eks.NodeGroup's
+wire names."""
+
 RAY_CLUSTER_CONFIG_PATH = "spec.rayClusterConfig"
 """The RayService field whose change means a new Ray cluster."""
 
@@ -70,3 +77,30 @@ def plan_upgrades(
             "auto, or add nodes"
         )
     return UpgradePlan(zero_downtime=strategy == "newCluster" or (strategy == "auto" and spare))
+
+
+RESTART_MINUTES = "3-5"
+"""Workers restart on their nodes, the image and the weights are on the node's disk already, and vLLM
+loads the weights (page cache) and starts on both sides."""
+IMAGE_PULL_MINUTES = "10-20"
+"""A new ~15 GiB image on every node (over NAT)."""
+
+
+def cluster_change_notice(
+    upgrade: UpgradePlan, before: tuple[str | None, str | None], after: tuple[str, str]
+) -> str | None:
+    """What preview says when this update changes the Ray cluster: (fingerprint, image) as the last
+    deployment left them, and as this one makes them. None for the first deployment and for no change."""
+    (old_cluster, old_image), (new_cluster, new_image) = before, after
+    if old_cluster is None or old_cluster == new_cluster:
+        return None
+    if upgrade.zero_downtime:
+        return (
+            "this update changes the Ray cluster: KubeRay starts a second cluster and switches over once it "
+            "serves; no downtime, and `up` waits for the switch"
+        )
+    pull = f", plus about {IMAGE_PULL_MINUTES} for the new image" if old_image != new_image else ""
+    return (
+        "this update changes the Ray cluster: Pulumi deletes and recreates the RayService, so serving "
+        f"stops for about {RESTART_MINUTES} minutes{pull} (docs/design.md#upgrades)"
+    )

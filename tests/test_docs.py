@@ -56,7 +56,7 @@ def test_relative_links_and_anchors_resolve(page: Path):
 
 def test_readme_is_an_entry_page_and_its_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 100, "the README is one or two screens; details go to docs/"
+    assert len(readme.splitlines()) <= 120, "the README is one or two screens; details go to docs/"
     assert "bash .ci/run" in readme
     assert "python -m pytest" in (ROOT / ".ci" / "run").read_text()
 

@@ -230,6 +230,15 @@ class TestTheJob:
             job.inputs["spec"]["activeDeadlineSeconds"]
         )
 
+    def test_a_failure_reaches_pulumi_up_and_is_retried_on_the_next(self, dev_stack):
+        """pulumi-kubernetes puts a failed Job's pods' termination messages in the `up` error; the
+        program writes Ray's message there, and falls back to its output if it dies first."""
+        job = dev_stack.one(JOB).inputs
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        assert "podFailurePolicy" not in job["spec"]  # its Failed reason is not one pulumi-kubernetes reports
+        assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+
     def test_the_config_map_carries_the_program_and_the_expected_config(self, dev_stack):
         data = dev_stack.one(CONFIG_MAP, "ray-llm-ready-check").inputs["data"]
         assert data["serve_ready.py"] == (ROOT / "jobs" / "serve_ready.py").read_text()

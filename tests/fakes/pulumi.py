@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class Registration:
     property_dependencies: dict[str, list[str]]
     provider: str
     delete_before_replace: bool
+    retain_on_delete: bool
     replace_on_changes: list[str]
     custom: bool
     inputs: dict[str, Any]
@@ -117,6 +119,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
                     provider=request.provider,
                     delete_before_replace=request.deleteBeforeReplace,
+                    retain_on_delete=request.retainOnDelete,
                     replace_on_changes=list(request.replaceOnChanges),
                     custom=request.custom,
                     inputs=_plain(raw),
@@ -165,12 +168,15 @@ class AwsState:
     caller_arn: str = CALLER_ARN
     instance_types: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(EC2_INSTANCE_TYPES))
     """What EC2 says about each instance type (DescribeInstanceTypes)."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """The stack's outputs as its last deployment left them (what a StackReference to itself reads)."""
 
 
 def deployed(run: StackRun) -> AwsState:
     """The AWS account as `run` would have left it: its VPC with the tags it set, its cluster."""
     vpc = run.one("aws:ec2/vpc:Vpc").inputs["tags"]
-    return AwsState(vpc_tags=dict(vpc), clusters=[run.one("eks:index:Cluster").inputs["name"]])
+    clusters = [run.one("eks:index:Cluster").inputs["name"]]
+    return AwsState(vpc_tags=dict(vpc), clusters=clusters, outputs=dict(run.exports))
 
 
 def mock_id(type_: str, name: str) -> str:
@@ -184,8 +190,14 @@ class StackMocks(pulumi_mocks.Mocks):
         self.offerings = offerings
         self.aws = aws
         self.calls: list[tuple[str, dict]] = []
+        self.transforms: dict[str, list[Any]] = {}
+        """Resource name -> the transforms it declared (the mock monitor does not run them)."""
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        if args.transforms:
+            self.transforms[args.name] = list(args.transforms)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return args.resource_id, {"name": args.inputs.get("name"), "outputs": self.aws.outputs}
         outputs = dict(args.inputs)
         if args.typ == "eks:index:Cluster":
             kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": args.name}]}
@@ -244,6 +256,14 @@ class StackMocks(pulumi_mocks.Mocks):
             if answer is None:  # as EC2 refuses it; the SDK raises it in the program
                 return {}, [("instanceType", f"InvalidInstanceType: {name} does not exist")]
             return answer, []
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+            minor = args.args["kubernetesVersion"]
+            return {
+                "id": args.args["addonName"],
+                "addonName": args.args["addonName"],
+                "kubernetesVersion": minor,
+                "version": f"v1.12.1-eksbuild.{minor.split('.')[1]}",
+            }, []
         if args.token == "aws:eks/getClusters:getClusters":
             return {"id": args.args["region"], "names": self.aws.clusters}, []
         raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
@@ -255,6 +275,10 @@ class StackRun:
     exports: dict[str, Any] = field(default_factory=dict)
     secret_exports: set[str] = field(default_factory=set)
     calls: list[tuple[str, dict]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What the program logged at warning level (what `pulumi preview` shows as warnings)."""
+    transforms: dict[str, list[Any]] = field(default_factory=dict)
+    """Resource name -> the transforms it declared, to run in tests on what a component's child gets."""
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -291,6 +315,15 @@ def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
 
 
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.warnings: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.warnings.append(record.getMessage())
+
+
 def _load_program():
     spec = importlib.util.spec_from_file_location("stack_program", ROOT / "__main__.py")
     assert spec and spec.loader
@@ -325,12 +358,23 @@ def run_stack(
     pulumi_settings.ROOT.set(None)
     mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS, aws or AwsState())
     monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    logger = logging.getLogger(f"stack-run-{id(mocks)}")
+    logger.propagate = False
+    capture = _Capture()
+    logger.handlers = [capture]
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor, logger=logger
+    )
     pulumi.runtime.set_all_config(as_engine_config(values), list((secrets or {}).keys()))
     if _PROGRAM is None:
         _PROGRAM = _load_program()
     stack_program = _PROGRAM
-    run = LAST_RUN = StackRun(registrations=monitor.registrations, calls=mocks.calls)
+    run = LAST_RUN = StackRun(
+        registrations=monitor.registrations,
+        calls=mocks.calls,
+        warnings=capture.warnings,
+        transforms=mocks.transforms,
+    )
 
     @pulumi.runtime.test
     def program():
