@@ -258,3 +258,27 @@ class TestTheJob:
         )
         zero = json.loads(spare.one(RAYSERVICE).inputs["metadata"]["annotations"]["pulumi.com/waitFor"])
         assert "condition=UpgradeInProgress=False" in zero
+
+
+def test_a_serve_only_change_replaces_the_check_and_nothing_else(dev_stack):
+    """Every other resource keeps its name and inputs, but the RayService's serveConfigV2 (an in-place
+    update: replaceOnChanges covers rayClusterConfig only)."""
+    changed = run_stack(overrides={"model": {"maxModelLen": 2048}})
+
+    def state(run: StackRun) -> dict[tuple[str, str], Any]:
+        found = {}
+        for reg in run.registrations:
+            inputs = copy.deepcopy(reg.inputs)
+            if reg.type == RAYSERVICE:
+                inputs["spec"].pop("serveConfigV2")
+            found[(reg.type, reg.name)] = inputs
+        return found
+
+    before, after = state(dev_stack), state(changed)
+    differing = {key for key in before if before[key] != after.get(key)}
+    assert differing == {(CONFIG_MAP, "ray-llm-ready-check"), (JOB, "ray-llm-ready-check")}
+    assert dev_stack.one(RAYSERVICE).replace_on_changes == ["spec.rayClusterConfig"]
+    assert (
+        changed.one(RAYSERVICE).inputs["spec"]["serveConfigV2"]
+        != dev_stack.one(RAYSERVICE).inputs["spec"]["serveConfigV2"]
+    )
