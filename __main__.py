@@ -25,12 +25,14 @@ from components.cluster import Cluster
 from components.device_plugins import DevicePlugins
 from components.gpu_node_group import GpuNodeGroup
 from components.kuberay import KubeRayOperator
+from components.model_cache import ModelCache
 from components.network import Network
 from components.rayservice import RayService
 from config import PROJECT, ConfigError, Settings, load_settings
+from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.rayservice import build_serving
 from planning import plan_stack
-from planning.access import plan_access
+from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
@@ -90,12 +92,12 @@ def stack_record(stack_id: str, region: str) -> StackRecord | None:
     return StackRecord.from_tags(aws.ec2.get_vpc(id=found[0], region=region).tags) if found else None
 
 
-def cluster_creator(record: StackRecord | None, cluster_name: str, region: str) -> str:
+def cluster_creator(record: StackRecord | None, cluster_name: str, region: str, caller_arn: str) -> str:
     """Who created the cluster: the record's once the cluster exists, else whoever runs Pulumi now
     (an assumed role's session names its role)."""
     if record and record.creator and cluster_name in aws.eks.get_clusters(region=region).names:
         return record.creator
-    return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+    return aws.iam.get_session_context(arn=caller_arn).issuer_arn
 
 
 def warn(message: str | None) -> None:
@@ -106,11 +108,12 @@ def warn(message: str | None) -> None:
 def main() -> None:
     stack = pulumi.get_stack()
     settings = load_settings(stack_config())
-    plan = plan_stack(settings, stack=stack, ec2=described_by_ec2(settings))
+    caller = aws.get_caller_identity()
+    plan = plan_stack(settings, stack=stack, ec2=described_by_ec2(settings), account_id=caller.account_id)
     stack_id = f"{PROJECT}/{stack}"
     record = stack_record(stack_id, settings.region)
     zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region), record)
-    creator = cluster_creator(record, plan.cluster_name, settings.region)
+    creator = cluster_creator(record, plan.cluster_name, settings.region, caller.arn)
     access = plan_access(settings, creator)
     for message in (plan.hardware_summary(), plan.fit.summary(), *access.notes):
         pulumi.log.info(message)
@@ -123,6 +126,7 @@ def main() -> None:
         zones=zones.cluster_zones,
         cluster_name=plan.cluster_name,
         record=StackRecord(zones.cluster_zones, zones.gpu_zone, creator).tags(stack_id),
+        region=settings.region,
     )
     cluster = Cluster(
         "cluster",
@@ -153,13 +157,36 @@ def main() -> None:
         provider=cluster.provider,
         system_nodes=[cluster.system_node_group],
     )
+    model_cache = (
+        ModelCache(
+            "model-cache",
+            plan=plan.model_cache,
+            force_destroy=settings.model_cache.force_destroy,
+            cluster_name=cluster.cluster_name,
+            namespace=settings.serving.namespace,
+            readers=RAY_SERVICE_ACCOUNT,
+            writers=COPY_SERVICE_ACCOUNT,
+            partition=partition_of(settings.region),
+            opts=pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent]),
+        )
+        if plan.model_cache
+        else None
+    )
     serving = build_serving(settings, plan)
+    pod_identity = model_cache.associations if model_cache else []
     ray_service = RayService(
         "ray-llm",
         manifests=serving,
         upgrade=plan.upgrade,
         provider=cluster.provider,
-        depends_on=[kuberay.crds, kuberay.release, gpu_nodes.node_group, *device_plugins.releases],
+        depends_on=[
+            kuberay.crds,
+            kuberay.release,
+            gpu_nodes.node_group,
+            *device_plugins.releases,
+            *pod_identity,
+        ],
+        copy_after=[cluster.system_node_group, *pod_identity],
     )
 
     fingerprint = serving.rayservice.cluster_fingerprint()

@@ -49,6 +49,8 @@ class Cluster(pulumi.ComponentResource):
     """Kubernetes provider built from the kubeconfig; every Kubernetes object uses it."""
     oidc_provider_arn: pulumi.Output[str]
     """IAM OIDC provider of the cluster, for IAM roles for service accounts."""
+    pod_identity_agent: aws.eks.Addon
+    """EKS Pod Identity's agent; Pod Identity associations are used through it."""
 
     def __init__(
         self,
@@ -189,6 +191,21 @@ class Cluster(pulumi.ComponentResource):
             ).version,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[self.eks_cluster, self.system_node_group])
+            ),
+        )
+
+        # EKS Pod Identity: the agent DaemonSet that hands pods their roles' credentials (it needs nodes).
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity",
+            cluster_name=cluster_name,
+            addon_name="eks-pod-identity-agent",
+            addon_version=aws.eks.get_addon_version_output(
+                addon_name="eks-pod-identity-agent",
+                kubernetes_version=config.kubernetes_version,
+                most_recent=True,
+            ).version,
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[self.eks_cluster, self.system_node_group])
             ),

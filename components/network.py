@@ -30,6 +30,7 @@ class Network(pulumi.ComponentResource):
         zones: tuple[str, ...],
         cluster_name: str,
         record: dict[str, str],
+        region: str,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zones`: zones of the subnets (the GPU zone among them); `cluster_name`: for the
@@ -93,6 +94,7 @@ class Network(pulumi.ComponentResource):
         private_ids: list[pulumi.Output[str]] = []
         self.private_subnet_by_zone = {}
         nat_ids: list[pulumi.Output[str]] = []
+        private_tables: list[pulumi.Output[str]] = []
         for plan in plan_subnets(config.vpc_cidr, zones):
             public = subnet("public", plan.zone, plan.public_cidr, "kubernetes.io/role/elb")
             associate("public", plan.zone, public, public_routes)
@@ -108,9 +110,22 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             associate("private", plan.zone, private, private_routes)
+            private_tables.append(private_routes.id)
             public_ids.append(public.id)
             private_ids.append(private.id)
             self.private_subnet_by_zone[plan.zone] = private.id
+
+        # Model weights from the S3 cache and ECR's image layers (served from S3) stay off the NAT
+        # gateway: a gateway endpoint is free, and faster than NAT.
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=f"com.amazonaws.{region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=private_tables,
+            tags=named("s3"),
+            opts=child,
+        )
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*private_ids).apply(list)

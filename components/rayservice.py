@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from manifests.jobs import ProgramJob
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, ServingManifests
 from planning.upgrades import UpgradePlan
 
@@ -34,26 +35,43 @@ class RayService(pulumi.ComponentResource):
         upgrade: UpgradePlan,
         provider: k8s.Provider,
         depends_on: Sequence[pulumi.Resource],
+        copy_after: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`depends_on`: the KubeRay release (it brings the CRD), the GPU node group and the device
-        plugins (so the workers can be scheduled at all)."""
+        """`depends_on`: the KubeRay CRDs and release, the GPU node group and the device plugins (so the
+        workers can be scheduled at all), and the model cache's Pod Identity associations;
+        `copy_after`: what the model copy Job needs (the system nodes, its Pod Identity)."""
         super().__init__("ray-llm-eks:rayservice:RayService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=manifests.namespace["metadata"], opts=child)
 
-        wait_for = list(depends_on)
+        in_namespace = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace]))
+        accounts = [
+            k8s.core.v1.ServiceAccount(
+                f"{name}-sa-{sa['metadata']['name']}", metadata=sa["metadata"], opts=in_namespace
+            )
+            for sa in manifests.service_accounts
+        ]
+        wait_for = [*depends_on, *accounts]
+        hf_secret = None
         if manifests.hf_token is not None:
+            hf_secret = k8s.core.v1.Secret(
+                f"{name}-hf-token",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_TOKEN_SECRET, namespace=namespace.metadata.name),
+                type="Opaque",
+                # pulumi-kubernetes makes a Secret's stringData a Pulumi secret itself.
+                string_data={HF_TOKEN_KEY: manifests.hf_token.get_secret_value()},
+                opts=child,
+            )
+            wait_for.append(hf_secret)
+        if manifests.model_copy is not None:
+            # The weights into the S3 cache before any Ray pod tries to load them.
             wait_for.append(
-                k8s.core.v1.Secret(
-                    f"{name}-hf-token",
-                    metadata=k8s.meta.v1.ObjectMetaArgs(
-                        name=HF_TOKEN_SECRET, namespace=namespace.metadata.name
-                    ),
-                    type="Opaque",
-                    # pulumi-kubernetes makes a Secret's stringData a Pulumi secret itself.
-                    string_data={HF_TOKEN_KEY: manifests.hf_token.get_secret_value()},
-                    opts=child,
+                self._program_job(
+                    f"{name}-model-copy",
+                    manifests.model_copy,
+                    child,
+                    [*copy_after, *accounts, *([hf_secret] if hf_secret else [])],
                 )
             )
 
@@ -75,22 +93,28 @@ class RayService(pulumi.ComponentResource):
         )
         # After the RayService: the Job that waits until the new serve config is the one RUNNING, named
         # by the config's hash, so only a serve config change replaces it.
-        check = manifests.ready_check
-        config_map = k8s.core.v1.ConfigMap(
-            f"{name}-ready-check",
-            metadata=check.config_map["metadata"],
-            data=check.config_map["data"],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
-        )
-        job = check.job.to_dict()
-        self.ready_check = k8s.batch.v1.Job(
-            f"{name}-ready-check",
-            metadata=job["metadata"],
-            spec=job["spec"],
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[self.resource, config_map])
-            ),
+        self.ready_check = self._program_job(
+            f"{name}-ready-check", manifests.ready_check, child, [self.resource]
         )
         self.namespace = namespace.metadata.name
         self.service_name = pulumi.Output.from_input(manifests.service_name)
         self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})
+
+    @staticmethod
+    def _program_job(
+        name: str, program: ProgramJob, child: pulumi.ResourceOptions, after: Sequence[pulumi.Resource]
+    ) -> k8s.batch.v1.Job:
+        """A program of jobs/ (manifests/jobs.py) and its ConfigMap, the Job after `after`."""
+        config_map = k8s.core.v1.ConfigMap(
+            name,
+            metadata=program.config_map["metadata"],
+            data=program.config_map["data"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(after))),
+        )
+        job = program.job.to_dict()
+        return k8s.batch.v1.Job(
+            name,
+            metadata=job["metadata"],
+            spec=job["spec"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*after, config_map])),
+        )

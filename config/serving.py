@@ -91,7 +91,7 @@ class ServingConfig(StrictModel):
         None,
         pattern=IMAGE_REFERENCE,
         description="Image of the Job that checks a new serve config is the one RUNNING (a Python 3 "
-        f"interpreter is all it needs). Default: `{versions.READINESS_CHECK_IMAGE}`.",
+        f"interpreter is all it needs). Default: `{versions.PYTHON_IMAGE}`.",
     )
     ray_version: SemVer = Field(
         versions.RAY_VERSION, description="Ray version inside the image (KubeRay's `rayVersion`)."
@@ -148,8 +148,16 @@ class ModelConfig(StrictModel):
     )
     source: str = Field(
         "Qwen/Qwen3.5-9B",
-        min_length=1,
-        description="Where the weights come from: a Hugging Face repo id, or an s3:// path.",
+        pattern=r"^([A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?)$",
+        description="Where the weights come from: a Hugging Face repo id (`org/name`, copied into the "
+        "stack's S3 model cache once when `modelCache.enabled`), or an `s3://bucket/prefix` you keep "
+        "yourself (with a `hash` file naming the snapshot).",
+    )
+    revision: str = Field(
+        "main",
+        pattern=r"^[\w.-]{1,64}$",
+        description="Hugging Face revision (branch, tag or commit) the model cache copies; a new revision "
+        "copies again. Pin a commit to know what you serve.",
     )
     max_model_len: int = Field(4096, gt=0, description="Context length per request (vLLM `max_model_len`).")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
@@ -210,3 +218,27 @@ class ModelConfig(StrictModel):
                 "enforceEager, tensorParallelSize, nixlBackends, id/source); remove them here"
             )
         return value
+
+
+class ModelCacheConfig(StrictModel):
+    """A regional copy of the model in S3: copied from Hugging Face once per model source and revision
+    by a Job the stack runs, then loaded by every worker from S3 in the region (through the VPC's S3
+    endpoint, not NAT). Ray's pods read it with EKS Pod Identity, no keys."""
+
+    enabled: bool = Field(
+        True,
+        description="Load Hugging Face models from the S3 copy; off: each worker downloads from "
+        "Hugging Face.",
+    )
+    bucket: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="An existing bucket to keep the copy in. Default: the stack creates one (private, "
+        "encrypted, public access blocked) named `<cluster>-models-<account>-<region>`.",
+    )
+    prefix: str = Field("models", pattern=r"^[\w.-]+(/[\w.-]+)*$", description="Key prefix of the copies.")
+    force_destroy: bool = Field(
+        False,
+        description="Let `pulumi destroy` delete the stack's bucket with the copies in it; otherwise "
+        "destroy stops at a bucket that is not empty, so the copy is never lost by accident.",
+    )

@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, ValidationError
 from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.network import NetworkConfig
-from config.serving import KubeRayConfig, ModelConfig, ServingConfig
+from config.serving import KubeRayConfig, ModelCacheConfig, ModelConfig, ServingConfig
 
 PROJECT = "ray-llm-eks"
 """The project name in Pulumi.yaml, and so the namespace of every config key of ours."""
@@ -44,6 +44,7 @@ class Settings(StrictModel):
     kuberay: KubeRayConfig = Field(default_factory=KubeRayConfig)  # type: ignore[arg-type]
     serving: ServingConfig = Field(default_factory=ServingConfig)  # type: ignore[arg-type]
     model: ModelConfig = Field(default_factory=ModelConfig)  # type: ignore[arg-type]
+    model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)  # type: ignore[arg-type]
     hugging_face_token: SecretStr | None = Field(
         None,
         description="Hugging Face token for gated models; set it with `pulumi config set --secret "

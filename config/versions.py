@@ -50,9 +50,14 @@ RAY_LLM_IMAGE_REPOSITORY = "ray"
 RAY_LLM_IMAGE_TAG = "serve-llm-cuda-v1.0"
 """AWS Ray LLM Deep Learning Container: Ray 2.58.0, vLLM, NIXL, libfabric/EFA, aws-ofi-nccl."""
 
-READINESS_CHECK_IMAGE = "public.ecr.aws/docker/library/python:3.12-alpine"
-"""Where jobs/serve_ready.py runs (standard library only): Docker's official Python image, from ECR
-Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides it."""
+PYTHON_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
+"""Where the programs of jobs/ run (the serve readiness check, the model copy): Docker's official Python
+image, from ECR Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides
+it for the check."""
+
+MODEL_COPY_PACKAGES = ("huggingface_hub==2.4.0", "hf_xet==1.8.0", "boto3==1.44.8")
+"""What jobs/model_copy.py installs before it runs (from PyPI, over the NAT gateway): Hugging Face's
+client (hf_xet: its fast transfer backend) and the AWS SDK, which reads EKS Pod Identity credentials."""
 
 DLC_REGISTRY_ACCOUNT = "763104351884"
 """The AWS account that publishes Deep Learning Containers to ECR in each region."""

@@ -122,6 +122,7 @@ class PodSpec(K8sModel):
     node_selector: dict[str, str]
     tolerations: list[Toleration] | None = None
     restart_policy: Literal["Never", "OnFailure"] | None = None
+    service_account_name: str | None = None
 
 
 class PodTemplate(K8sModel):

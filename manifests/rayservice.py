@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from config import Settings
+from manifests.jobs import ProgramJob
 from manifests.k8s import (
     Container,
     ContainerPort,
@@ -40,7 +41,8 @@ from manifests.k8s import (
     namespace,
     pod_security_labels,
 )
-from manifests.readiness import ServeReadyCheck, serve_ready_check
+from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
+from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
 from planning.nodes import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
@@ -146,8 +148,12 @@ class ServingManifests:
 
     namespace: dict[str, Any]
     rayservice: RayServiceManifest
-    ready_check: ServeReadyCheck
+    ready_check: ProgramJob
     """After a serve config change: the Job `pulumi up` waits on until the new config is RUNNING."""
+    service_accounts: list[dict[str, Any]]
+    """The Ray pods' and the copy Job's, which EKS Pod Identity gives their AWS access."""
+    model_copy: ProgramJob | None
+    """Before the RayService: the Job copying the model into the S3 cache (None: nothing to copy)."""
     hf_token: SecretStr | None
 
     @property
@@ -161,6 +167,10 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
         namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
         rayservice=rayservice,
         ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2),
+        service_accounts=service_accounts(settings),
+        model_copy=model_copy_job(
+            settings, plan, (HF_TOKEN_SECRET, HF_TOKEN_KEY) if settings.hugging_face_token else None
+        ),
         hf_token=settings.hugging_face_token,
     )
 
@@ -169,13 +179,15 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     serving, model = settings.serving, settings.model
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
     image = plan.image
-    serve_config = build_serve_config(model, serving.application_name)
+    cache = plan.model_cache
+    serve_config = build_serve_config(model, serving.application_name, cache.uri if cache else None)
     gpu = plan.gpu
     worker_size = plan.worker
     tp = model.tensor_parallel_size
     head = serving.head
 
     head_pod = PodSpec(
+        service_account_name=RAY_SERVICE_ACCOUNT,
         node_selector=dict(SYSTEM_NODE_LABELS),
         containers=[
             Container(
@@ -232,6 +244,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         else None
     )
     worker_pod = PodSpec(
+        service_account_name=RAY_SERVICE_ACCOUNT,
         node_selector=dict(GPU_NODE_SELECTOR),
         tolerations=tolerations,
         containers=[

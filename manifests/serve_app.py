@@ -11,10 +11,10 @@ config, so ours refuse them, and the tests check the output against Ray 2.58's o
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from config.serving import ModelConfig
 
@@ -49,9 +49,16 @@ class EngineKwargs(ServeModel):
     kv_transfer_config: KvTransferConfig
 
 
+class CloudMirror(ServeModel):
+    """Ray downloads every file under the prefix with boto3 before vLLM starts, into the node's
+    Hugging Face cache; `<bucket_uri>/hash` names the snapshot."""
+
+    bucket_uri: str = Field(pattern=r"^s3://")
+
+
 class ModelLoadingConfig(ServeModel):
     model_id: str = Field(min_length=1)
-    model_source: str = Field(min_length=1)
+    model_source: CloudMirror | Annotated[str, StringConstraints(min_length=1)]
 
 
 class DeploymentConfig(ServeModel):
@@ -100,9 +107,9 @@ class ServeConfig(ServeModel):
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=120)
 
 
-def _side(model: ModelConfig, engine_id: str, replicas: int) -> LLMSide:
+def _side(model: ModelConfig, source: str | CloudMirror, engine_id: str, replicas: int) -> LLMSide:
     return LLMSide(
-        model_loading_config=ModelLoadingConfig(model_id=model.id, model_source=model.source),
+        model_loading_config=ModelLoadingConfig(model_id=model.id, model_source=source),
         engine_kwargs=EngineKwargs(
             max_model_len=model.max_model_len,
             dtype=model.dtype,
@@ -119,14 +126,19 @@ def _side(model: ModelConfig, engine_id: str, replicas: int) -> LLMSide:
     )
 
 
-def build_serve_config(model: ModelConfig, application_name: str) -> ServeConfig:
+def build_serve_config(model: ModelConfig, application_name: str, s3_uri: str | None = None) -> ServeConfig:
+    """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
+    Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
+    2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
+    engine kwargs."""
+    source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     return ServeConfig(
         applications=[
             ServeApplication(
                 name=application_name,
                 args=PDArgs(
-                    prefill_config=_side(model, "prefill", model.prefill_replicas),
-                    decode_config=_side(model, "decode", model.decode_replicas),
+                    prefill_config=_side(model, source, "prefill", model.prefill_replicas),
+                    decode_config=_side(model, source, "decode", model.decode_replicas),
                 ),
             )
         ]

@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.add_argument("--stack", required=True, metavar="NAME", help="stack name: reads Pulumi.NAME.yaml")
     render.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
+    render.add_argument(
+        "--account-id",
+        metavar="ID",
+        help="the stack's AWS account, which names the model cache's bucket (default: shown as <account-id>)",
+    )
 
     status = commands.add_parser(
         "status",
@@ -128,7 +133,7 @@ def _render(args: argparse.Namespace) -> int:
     from planning import plan_stack
 
     settings = load_stack_settings(args.root, args.stack)
-    plan = plan_stack(settings, stack=args.stack)
+    plan = plan_stack(settings, stack=args.stack, account_id=args.account_id)
     for warning in plan.warnings:
         progress(f"warning: {warning}")
     sys.stdout.write(render_manifests(settings, plan))

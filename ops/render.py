@@ -1,5 +1,6 @@
-"""`ops render`: the serving layer's manifests (Namespace, RayService, the serve readiness check's
-ConfigMap and Job) as multi-document YAML, offline.
+"""`ops render`: the serving layer's Kubernetes objects (Namespace, service accounts, the model copy
+Job, the RayService, the serve readiness check) as multi-document YAML, offline. Offline the AWS
+account is unknown, so the model cache's bucket name shows `<account-id>`.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -31,8 +32,15 @@ _ManifestDumper.add_representer(str, _str_representer)
 
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     serving = build_serving(settings, plan)
-    check = serving.ready_check
-    return [serving.namespace, serving.rayservice.to_dict(), check.config_map, check.job.to_dict()]
+    jobs = [serving.model_copy] if serving.model_copy else []
+    return [
+        serving.namespace,
+        *serving.service_accounts,
+        *[part for job in jobs for part in (job.config_map, job.job.to_dict())],
+        serving.rayservice.to_dict(),
+        serving.ready_check.config_map,
+        serving.ready_check.job.to_dict(),
+    ]
 
 
 def render_manifests(settings: Settings, plan: Plan) -> str:

@@ -31,6 +31,7 @@ from planning.capacity import (
     worker_share,
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
+from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
@@ -58,6 +59,8 @@ class Plan:
     """How a Ray cluster change rolls out."""
     image: str
     """The Ray LLM image the head and workers run."""
+    model_cache: ModelCachePlan | None = None
+    """Where the workers load the weights from, when not from Hugging Face."""
     warnings: tuple[str, ...] = ()
     """What preview should say but not refuse."""
 
@@ -177,9 +180,16 @@ def _image(settings: Settings) -> str:
     return versions.regional_image(settings.region, serving.image_digest)
 
 
-def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceType] | None = None) -> Plan:
+def plan_stack(
+    settings: Settings,
+    *,
+    stack: str,
+    ec2: Mapping[str, Ec2InstanceType] | None = None,
+    account_id: str | None = None,
+) -> Plan:
     """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
-    `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog)."""
+    `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
+    `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
     ec2 = ec2 or {}
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
     model = settings.model
@@ -232,8 +242,9 @@ def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceT
             problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
+    cluster_name = settings.cluster.name or default_cluster_name(stack)
     return Plan(
-        cluster_name=settings.cluster.name or default_cluster_name(stack),
+        cluster_name=cluster_name,
         gpu=gpu,
         system=system,
         gpu_pods_per_node=per_node,
@@ -245,4 +256,5 @@ def plan_stack(settings: Settings, *, stack: str, ec2: Mapping[str, Ec2InstanceT
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
+        model_cache=plan_model_cache(settings, cluster_name, account_id),
     )

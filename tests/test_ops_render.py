@@ -25,21 +25,21 @@ def test_every_stack_file_is_rendered_and_dev_is_among_them():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_render_prints_the_namespace_and_rayservice_the_program_creates(stack, capsys):
-    code, out, err = render(capsys, "--stack", stack)
+def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
+    code, out, err = render(capsys, "--stack", stack, "--account-id", "123456789012")  # the mocks' account
 
     run = run_stack(stack=stack)
-    created = [
-        run.one("kubernetes:core/v1:Namespace", "ray-llm-ns"),
-        run.one("kubernetes:ray.io/v1:RayService"),
-        run.one("kubernetes:core/v1:ConfigMap", "ray-llm-ready-check"),
-        run.one("kubernetes:batch/v1:Job", "ray-llm-ready-check"),
-    ]
-    assert code == 0, err
+    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService")
     fields = ("apiVersion", "kind", "metadata", "spec", "data")
-    assert list(yaml.safe_load_all(out)) == [
-        {k: r.inputs[k] for k in fields if k in r.inputs} for r in created
-    ]
+    program = {
+        (r.inputs["kind"], r.inputs["metadata"]["name"]): {k: r.inputs[k] for k in fields if k in r.inputs}
+        for r in run.registrations
+        if r.custom and r.inputs.get("kind") in kinds and r.name.startswith("ray-llm-")
+    }
+    assert code == 0, err
+    documents = yaml.safe_load_all(out)
+    assert {(d["kind"], d["metadata"]["name"]): d for d in documents} == program
+    assert {kind for kind, _ in program} == set(kinds)
 
 
 def test_render_shows_serve_config_as_a_readable_block(capsys):

@@ -73,7 +73,10 @@ class TestSeedFacts:
             config = app["args"][f"{side}_config"]
             assert config["model_loading_config"] == {
                 "model_id": "qwen3.5-9b",
-                "model_source": "Qwen/Qwen3.5-9B",
+                # the stack's regional S3 copy of Qwen/Qwen3.5-9B (planning/model_cache.py)
+                "model_source": {
+                    "bucket_uri": "s3://ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
+                },
             }
             assert config["engine_kwargs"] == {
                 "max_model_len": 4096,

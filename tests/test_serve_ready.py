@@ -195,7 +195,7 @@ def test_the_program_exits_1_with_rays_message_when_the_new_config_fails(fake_da
 class TestTheJob:
     def names(self, run: StackRun) -> tuple[str, str]:
         return (
-            run.one(JOB).inputs["metadata"]["name"],
+            run.one(JOB, "ray-llm-ready-check").inputs["metadata"]["name"],
             run.one(CONFIG_MAP, "ray-llm-ready-check").inputs["metadata"]["name"],
         )
 
@@ -216,7 +216,7 @@ class TestTheJob:
         assert (self.names(changed) != self.names(dev_stack)) == replaced
 
     def test_runs_after_the_rayservice_on_the_system_nodes(self, dev_stack):
-        job = dev_stack.one(JOB)
+        job = dev_stack.one(JOB, "ray-llm-ready-check")
         assert dev_stack.one(RAYSERVICE).urn in job.dependencies
         assert dev_stack.one(CONFIG_MAP, "ray-llm-ready-check").urn in job.dependencies
         pod = job.inputs["spec"]["template"]["spec"]
@@ -233,7 +233,7 @@ class TestTheJob:
     def test_a_failure_reaches_pulumi_up_and_is_retried_on_the_next(self, dev_stack):
         """pulumi-kubernetes puts a failed Job's pods' termination messages in the `up` error; the
         program writes Ray's message there, and falls back to its output if it dies first."""
-        job = dev_stack.one(JOB).inputs
+        job = dev_stack.one(JOB, "ray-llm-ready-check").inputs
         (container,) = job["spec"]["template"]["spec"]["containers"]
         assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert "podFailurePolicy" not in job["spec"]  # its Failed reason is not one pulumi-kubernetes reports
@@ -245,7 +245,10 @@ class TestTheJob:
         assert json.loads(data["expected.json"]) == expected_apps(dev_stack)
 
     def test_the_job_is_a_valid_kubernetes_job(self, dev_stack):
-        job = {k: dev_stack.one(JOB).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+        job = {
+            k: dev_stack.one(JOB, "ray-llm-ready-check").inputs[k]
+            for k in ("apiVersion", "kind", "metadata", "spec")
+        }
         kubernetes_validate.validate(job, "1.35", strict=True)
 
     def test_zero_downtime_upgrades_wait_for_the_switch_too(self, dev_stack):

@@ -75,7 +75,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert "useDefaultVpcCni" not in cluster.inputs
         assert cluster.inputs["corednsAddonOptions"]["enabled"] is False
         assert "kubeProxyAddonOptions" not in cluster.inputs
-        coredns = dev_stack.one("aws:eks/addon:Addon")
+        coredns = dev_stack.one("aws:eks/addon:Addon", "cluster-coredns")
         assert coredns.inputs["addonName"] == "coredns"
         assert coredns.inputs["clusterName"] == "ray-llm-multinode"
         assert depends_on(dev_stack, coredns, dev_stack.one(NODE_GROUP, "cluster-system"))
@@ -162,6 +162,7 @@ class TestGraph:
             "gpu_node_group",
             "device_plugins",
             "kuberay",
+            "model_cache",
             "rayservice",
         }
         for reg in dev_stack.registrations:
@@ -263,7 +264,7 @@ class TestSecureDefaults:
             "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
             "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
         ]
-        role = dev_stack.one("aws:iam/role:Role")
+        role = dev_stack.one("aws:iam/role:Role", "cluster-node")
         assert "ec2.amazonaws.com" in role.inputs["assumeRolePolicy"]
         assert all(g.inputs["nodeRole"] == role.urn for g in dev_stack.of_type(NODE_GROUP))
 
@@ -356,7 +357,7 @@ class TestCoreAddonsAndPartitions:
     def test_coredns_takes_over_the_bootstrapped_one(self, dev_stack: StackRun):
         """EKS runs a self-managed coredns before our add-on exists; without OVERWRITE the add-on's
         creation fails on the conflicting fields."""
-        coredns = dev_stack.one("aws:eks/addon:Addon")
+        coredns = dev_stack.one("aws:eks/addon:Addon", "cluster-coredns")
         assert coredns.inputs["resolveConflictsOnCreate"] == "OVERWRITE"
         assert coredns.inputs["resolveConflictsOnUpdate"] == "OVERWRITE"
 

@@ -207,7 +207,7 @@ class StackMocks(pulumi_mocks.Mocks):
                 oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
                 clusterSecurityGroupId="sg-cluster",
             )
-        elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key"):
+        elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key", "aws:s3/bucket:Bucket"):
             outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
         return mock_id(args.typ, args.name), outputs
 

@@ -1,0 +1,134 @@
+"""A program from jobs/ run as a Kubernetes Job that `pulumi up` awaits: the ConfigMap carrying the
+program (and its data), and the Job running it once, on the system nodes, with its result as the
+pod's termination message (pulumi-kubernetes puts that in the error of a failed update).
+
+Both are named by a hash of what the Job acts on, so the Job runs again exactly when that changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from manifests.k8s import (
+    Capabilities,
+    ConfigMapVolumeSource,
+    Container,
+    EnvVar,
+    K8sModel,
+    ObjectMeta,
+    PodSpec,
+    PodTemplate,
+    ResourceRequirements,
+    SecurityContext,
+    Volume,
+    VolumeMount,
+)
+from planning.nodes import SYSTEM_NODE_LABELS
+
+JOBS = Path(__file__).resolve().parent.parent / "jobs"
+MOUNT = "/program"
+
+
+class JobSpec(K8sModel):
+    backoff_limit: int = Field(ge=0)
+    active_deadline_seconds: int = Field(gt=0)
+    template: PodTemplate
+
+
+class JobManifest(K8sModel):
+    api_version: Literal["batch/v1"] = "batch/v1"
+    kind: Literal["Job"] = "Job"
+    metadata: ObjectMeta
+    spec: JobSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@dataclass(frozen=True)
+class ProgramJob:
+    config_map: dict[str, Any]
+    job: JobManifest
+
+
+def short_hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def program_job(
+    *,
+    name: str,
+    namespace: str,
+    program: str,
+    data: dict[str, str],
+    image: str,
+    env: list[EnvVar],
+    timeout_seconds: int,
+    resources: ResourceRequirements,
+    labels: dict[str, str],
+    service_account: str | None = None,
+    volumes: list[Volume] | None = None,
+    mounts: list[VolumeMount] | None = None,
+    setup: tuple[str, ...] = (),
+) -> ProgramJob:
+    """`program`: a file in jobs/, run with python3; `data`: more files beside it (/program/<key>);
+    `setup`: pinned packages pip installs first."""
+    run = f"{MOUNT}/{program}"
+    command = ["python3", run]
+    if setup:
+        install = " ".join(shlex.quote(p) for p in setup)
+        command = ["sh", "-c", f"pip install --quiet --no-cache-dir {install} && exec python3 {run}"]
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {program: (JOBS / program).read_text(), **data},
+    }
+    container = Container(
+        name="run",
+        image=image,
+        command=command,
+        env=env,
+        resources=resources,
+        volume_mounts=[VolumeMount(name="program", mount_path=MOUNT), *(mounts or [])],
+        security_context=SecurityContext(
+            allow_privilege_escalation=False, capabilities=Capabilities(drop=["ALL"])
+        ),
+        # the program writes its verdict there; if it dies first, its last output stands in
+        termination_message_policy="FallbackToLogsOnError",
+    )
+    job = JobManifest(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels=labels,
+            annotations={
+                "pulumi.com/timeoutSeconds": str(timeout_seconds + 60),
+                # a Job that failed runs again on the next `up` instead of failing it unchanged
+                "pulumi.com/replaceUnready": "true",
+            },
+        ),
+        spec=JobSpec(
+            backoff_limit=0,
+            active_deadline_seconds=timeout_seconds,
+            template=PodTemplate(
+                spec=PodSpec(
+                    containers=[container],
+                    node_selector=dict(SYSTEM_NODE_LABELS),
+                    restart_policy="Never",
+                    service_account_name=service_account,
+                    volumes=[
+                        Volume(name="program", config_map=ConfigMapVolumeSource(name=name)),
+                        *(volumes or []),
+                    ],
+                )
+            ),
+        ),
+    )
+    return ProgramJob(config_map=config_map, job=job)
