@@ -1,0 +1,217 @@
+"""The regional model cache: the dev stack keeps a private, encrypted S3 copy of the model, copied once by
+an awaited Job that proves the copy whole, read by the Ray pods through EKS Pod Identity scoped to the
+model's prefix, over an S3 gateway endpoint on every private route table; the serve config loads from
+the bucket; the copy runs again only when the model's source or revision changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.model_copy import HASH_FILE, copy, snapshot_files
+from tests.fakes.pulumi import STACKS, StackRun, run_stack
+
+JOB = "kubernetes:batch/v1:Job"
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+BUCKET = "s3://ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
+
+
+def copy_job(run: StackRun):
+    return run.one(JOB, "ray-llm-model-copy")
+
+
+class TestTheBucket:
+    def test_private_encrypted_and_tls_only(self, dev_stack: StackRun):
+        bucket = dev_stack.one("aws:s3/bucket:Bucket")
+        assert bucket.inputs["bucket"] == "ray-llm-multinode-models-123456789012-sa-east-1"
+        assert bucket.inputs["forceDestroy"] is False  # destroy stops at a bucket that is not empty
+        block = dev_stack.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
+        assert all(
+            block[k] is True
+            for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+        )
+        (rule,) = dev_stack.one(
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+        ).inputs["rules"]
+        assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+        policy = json.loads(dev_stack.one("aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
+        (deny,) = policy["Statement"]
+        assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+    def test_a_bucket_you_name_is_used_not_created(self):
+        run = run_stack(overrides={"modelCache": {"bucket": "team-models"}})
+        assert run.of_type("aws:s3/bucket:Bucket") == []
+        env = {
+            e["name"]: e.get("value")
+            for e in copy_job(run).inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["BUCKET"] == "team-models"
+
+    def test_off_means_hugging_face_and_no_cache_at_all(self):
+        run = run_stack(overrides={"modelCache": {"enabled": False}})
+        assert run.of_type("aws:s3/bucket:Bucket") == [] and run.of_type(ASSOCIATION) == []
+        assert [j.name for j in run.of_type(JOB)] == ["ray-llm-ready-check"]
+        app = yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]
+        assert app["args"]["prefill_config"]["model_loading_config"]["model_source"] == "Qwen/Qwen3.5-9B"
+
+
+class TestLoading:
+    def test_the_serve_config_loads_from_the_bucket(self, dev_stack: StackRun):
+        app = yaml.safe_load(dev_stack.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]
+        for side in ("prefill_config", "decode_config"):
+            assert app["args"][side]["model_loading_config"]["model_source"] == {"bucket_uri": BUCKET}
+
+    def test_the_ray_pods_run_as_the_service_account_with_read_access(self, dev_stack: StackRun):
+        spec = dev_stack.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
+        pods = [spec["headGroupSpec"]["template"]["spec"], spec["workerGroupSpecs"][0]["template"]["spec"]]
+        assert {p["serviceAccountName"] for p in pods} == {"ray-llm"}
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_an_s3_gateway_endpoint_on_every_private_route_table(self, stack: str):
+        run = run_stack(stack=stack)
+        endpoint = run.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+        region = run.exports["clusterZones"][0][:-1]
+        assert (endpoint["serviceName"], endpoint["vpcEndpointType"]) == (
+            f"com.amazonaws.{region}.s3",
+            "Gateway",
+        )
+        private = {run.id_of(t) for t in run.of_type("aws:ec2/routeTable:RouteTable") if "private" in t.name}
+        assert set(endpoint["routeTableIds"]) == private
+
+    def test_your_own_s3_prefix_is_read_not_copied(self):
+        qwen = {"parametersBillions": 9.653, "kvCacheBytesPerToken": 32768}
+        run = run_stack(overrides={"model": {"source": "s3://team-models/qwen/v3", **qwen}})
+        assert run.of_type("aws:s3/bucket:Bucket") == []
+        assert [j.name for j in run.of_type(JOB)] == ["ray-llm-ready-check"]
+        (reader,) = run.of_type(ASSOCIATION)
+        assert reader.inputs["serviceAccount"] == "ray-llm"
+        policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+        assert policy["Statement"][0]["Resource"] == "arn:aws:s3:::team-models/qwen/v3/*"
+
+
+class TestPodIdentity:
+    def test_each_service_account_gets_its_prefix_and_nothing_more(self, dev_stack: StackRun):
+        grants = {a.inputs["serviceAccount"]: a for a in dev_stack.of_type(ASSOCIATION)}
+        assert set(grants) == {"ray-llm", "model-copy"}
+        assert all(
+            a.inputs["namespace"] == "inference" and a.inputs["clusterName"] == "ray-llm-multinode"
+            for a in grants.values()
+        )
+        policies = {
+            p.name: json.loads(p.inputs["policy"]) for p in dev_stack.of_type("aws:iam/rolePolicy:RolePolicy")
+        }
+        prefix = "arn:aws:s3:::ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main/*"
+        read, write = policies["model-cache-reader"]["Statement"], policies["model-cache-writer"]["Statement"]
+        assert read[0] == {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": prefix}
+        assert "s3:PutObject" in write[0]["Action"] and write[0]["Resource"] == prefix
+        for statements in (read, write):
+            assert statements[1]["Condition"] == {
+                "StringLike": {"s3:prefix": ["models/Qwen/Qwen3.5-9B/main/*"]}
+            }
+
+    def test_roles_trust_only_eks_pod_identity(self, dev_stack: StackRun):
+        for role in dev_stack.of_type("aws:iam/role:Role"):
+            if role.name.startswith("model-cache-"):
+                (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+                assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+                assert statement["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+
+    def test_the_agent_runs_after_the_system_nodes(self, dev_stack: StackRun):
+        agent = dev_stack.one("aws:eks/addon:Addon", "cluster-pod-identity")
+        assert agent.inputs["addonName"] == "eks-pod-identity-agent"
+        assert dev_stack.one("eks:index:ManagedNodeGroup", "cluster-system").urn in agent.dependencies
+
+
+class TestTheCopyJob:
+    def test_awaited_before_the_rayservice_after_its_pod_identity(self, dev_stack: StackRun):
+        job = copy_job(dev_stack)
+        assert job.urn in dev_stack.one(RAYSERVICE).dependencies
+        assert {a.urn for a in dev_stack.of_type(ASSOCIATION)} <= set(job.dependencies)
+        pod = job.inputs["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "model-copy" and pod["nodeSelector"] == {"role": "system"}
+        command = pod["containers"][0]["command"]
+        assert command[:2] == ["sh", "-c"] and "huggingface_hub==" in command[2] and "boto3==" in command[2]
+
+    @pytest.mark.parametrize(
+        ("overrides", "again"),
+        [
+            ({"model": {"revision": "0123abc"}}, True),
+            ({"modelCache": {"bucket": "team-models"}}, True),
+            ({"model": {"maxModelLen": 2048}}, False),
+            ({"serving": {"imageDigest": "sha256:" + "ab" * 32}}, False),
+        ],
+    )
+    def test_runs_again_only_when_the_model_or_its_destination_changes(self, dev_stack, overrides, again):
+        before = copy_job(dev_stack).inputs["metadata"]["name"]
+        assert (copy_job(run_stack(overrides=overrides)).inputs["metadata"]["name"] != before) == again
+
+    def test_the_hugging_face_token_reaches_the_copy(self):
+        run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_x"})
+        env = {e["name"]: e for e in copy_job(run).inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+
+
+class FakeS3:
+    def __init__(self, objects: dict[str, int] | None = None, lose: set[str] = frozenset()):  # type: ignore[assignment]
+        self.objects = dict(objects or {})
+        self.lose = lose
+        self.uploads: list[str] = []
+        self.hash: str | None = None
+
+    def upload(self, path: Path, name: str) -> None:
+        self.uploads.append(name)
+        if name not in self.lose:
+            self.objects[name] = path.stat().st_size
+
+    def write_hash(self, text: str) -> None:
+        assert all(name in self.objects for name in self.uploads), "hash written before the files"
+        self.hash = text
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    files = {
+        "config.json": b"{}",
+        "model-00001-of-00002.safetensors": b"x" * 100,
+        "model-00002-of-00002.safetensors": b"y" * 50,
+    }
+    for name, content in {**files, ".gitattributes": b"*", ".cache/huggingface/download/x.lock": b""}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    return tmp_path
+
+
+def test_the_snapshot_is_the_model_files_only(snapshot: Path):
+    assert snapshot_files(snapshot) == {
+        "config.json": 2,
+        "model-00001-of-00002.safetensors": 100,
+        "model-00002-of-00002.safetensors": 50,
+    }
+
+
+def test_a_whole_copy_ends_with_the_hash_file(snapshot: Path):
+    s3 = FakeS3()
+    ok, message = copy(snapshot, "abc123", lambda: dict(s3.objects), s3.upload, s3.write_hash, lambda _: None)
+    assert ok and s3.hash == "abc123" and message == "copied 3 files of revision abc123"
+    assert HASH_FILE not in s3.uploads
+
+
+def test_a_rerun_uploads_only_what_is_missing_or_wrong(snapshot: Path):
+    s3 = FakeS3({"config.json": 2, "model-00001-of-00002.safetensors": 7})
+    ok, _ = copy(snapshot, "abc123", lambda: dict(s3.objects), s3.upload, s3.write_hash, lambda _: None)
+    assert ok and sorted(s3.uploads) == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+
+
+def test_a_copy_that_is_not_whole_fails_without_the_hash_file(snapshot: Path):
+    """Ray would only log the missing file and start vLLM on a partial model."""
+    s3 = FakeS3(lose={"model-00002-of-00002.safetensors"})
+    ok, message = copy(snapshot, "abc123", lambda: dict(s3.objects), s3.upload, s3.write_hash, lambda _: None)
+    assert not ok and s3.hash is None
+    assert message == "the copy is not whole: model-00002-of-00002.safetensors (absent)"
