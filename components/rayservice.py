@@ -52,7 +52,13 @@ class RayService(pulumi.ComponentResource):
             )
             for sa in manifests.service_accounts
         ]
-        wait_for = [*depends_on, *accounts]
+        plugins = k8s.core.v1.ConfigMap(
+            f"{name}-plugins",
+            metadata=manifests.plugins["metadata"],
+            data=manifests.plugins["data"],
+            opts=in_namespace,
+        )
+        wait_for = [*depends_on, *accounts, plugins]
         hf_secret = None
         if manifests.hf_token is not None:
             hf_secret = k8s.core.v1.Secret(

@@ -16,8 +16,9 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from config import Settings
-from manifests.jobs import ProgramJob
+from manifests.jobs import JOBS, ProgramJob
 from manifests.k8s import (
+    ConfigMapVolumeSource,
     Container,
     ContainerPort,
     EmptyDirVolumeSource,
@@ -51,6 +52,9 @@ HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
 HF_TOKEN_KEY = "token"
 MODEL_CACHE_PATH = "/data/huggingface"
+RAY_PLUGINS = "ray-llm-plugins"
+"""ConfigMap with jobs/ray_node_cache.py, mounted on the Ray pods' PYTHONPATH."""
+RAY_PLUGINS_PATH = "/opt/ray-llm-eks"
 NODE_MODEL_CACHE = "/var/lib/ray-llm/model-cache"
 """On each GPU node's disk: the Hugging Face cache outlives the worker pods, so a replaced worker (a
 Ray cluster change, an eviction) finds the weights there, and the page cache still holds them."""
@@ -150,6 +154,8 @@ class ServingManifests:
     rayservice: RayServiceManifest
     ready_check: ProgramJob
     """After a serve config change: the Job `pulumi up` waits on until the new config is RUNNING."""
+    plugins: dict[str, Any]
+    """ConfigMap of the Ray pods' PYTHONPATH (the node cache callback), before the RayService."""
     service_accounts: list[dict[str, Any]]
     """The Ray pods' and the copy Job's, which EKS Pod Identity gives their AWS access."""
     model_copy: ProgramJob | None
@@ -167,6 +173,12 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
         namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
         rayservice=rayservice,
         ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2),
+        plugins={
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": RAY_PLUGINS, "namespace": settings.serving.namespace},
+            "data": {"ray_node_cache.py": (JOBS / "ray_node_cache.py").read_text()},
+        },
         service_accounts=service_accounts(settings),
         model_copy=model_copy_job(
             settings, plan, (HF_TOKEN_SECRET, HF_TOKEN_KEY) if settings.hugging_face_token else None
@@ -219,6 +231,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         # Qwen3.5's hybrid (Gated DeltaNet) layers need this state layout for NIXL state transfer.
         EnvVar(name="VLLM_SSM_CONV_STATE_LAYOUT", value="DS"),
         EnvVar(name="HF_HOME", value=MODEL_CACHE_PATH),
+        EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH),
     ]
     if gpu.gpudirect_rdma:
         # Only P-series GPUs can register GPU memory with the EFA NIC directly; g5/g6/g6e cannot.
@@ -258,6 +271,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 volume_mounts=[
                     VolumeMount(name="dshm", mount_path="/dev/shm"),
                     VolumeMount(name="model-cache", mount_path="/data"),
+                    VolumeMount(name="plugins", mount_path=RAY_PLUGINS_PATH),
                 ],
                 # NIXL registers CUDA memory with the EFA NIC; IPC_LOCK alone is not enough. Only the
                 # GPU workers run privileged, and their namespace's Pod Security level says so.
@@ -275,6 +289,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 name="model-cache",
                 host_path=HostPathVolumeSource(path=NODE_MODEL_CACHE, type="DirectoryOrCreate"),
             ),
+            Volume(name="plugins", config_map=ConfigMapVolumeSource(name=RAY_PLUGINS)),
         ],
     )
 

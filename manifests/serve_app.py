@@ -65,10 +65,15 @@ class DeploymentConfig(ServeModel):
     num_replicas: int = Field(ge=1)
 
 
+class CallbackConfig(ServeModel):
+    callback_class: str = Field(pattern=r"^[\w.]+:\w+$")
+
+
 class LLMSide(ServeModel):
     model_loading_config: ModelLoadingConfig
     engine_kwargs: EngineKwargs
     deployment_config: DeploymentConfig
+    callback_config: CallbackConfig | None = None
 
 
 class PDArgs(ServeModel):
@@ -107,8 +112,15 @@ class ServeConfig(ServeModel):
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=120)
 
 
+NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"
+"""jobs/ray_node_cache.py, on the Ray pods' PYTHONPATH: skip the S3 download when the node has it."""
+
+
 def _side(model: ModelConfig, source: str | CloudMirror, engine_id: str, replicas: int) -> LLMSide:
     return LLMSide(
+        callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
+        if isinstance(source, CloudMirror)
+        else None,
         model_loading_config=ModelLoadingConfig(model_id=model.id, model_source=source),
         engine_kwargs=EngineKwargs(
             max_model_len=model.max_model_len,

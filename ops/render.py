@@ -36,6 +36,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     return [
         serving.namespace,
         *serving.service_accounts,
+        serving.plugins,
         *[part for job in jobs for part in (job.config_map, job.job.to_dict())],
         serving.rayservice.to_dict(),
         serving.ready_check.config_map,

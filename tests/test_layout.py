@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.pulumi import ROOT
 
 ALLOWED = {
-    "jobs": set(),  # programs that run inside the cluster, in a plain Python image: standard library only
+    "jobs": set(),  # programs that run inside the cluster (in their own images): nothing of ours
     "config": {"config"},
     "planning": {"config", "planning"},
     "manifests": {"config", "planning", "manifests"},
