@@ -83,7 +83,9 @@ def side(dev_stack: StackRun) -> dict[str, Any]:
 
 def callback(side: dict[str, Any]):
     config = LLMConfig.model_validate(side)
-    cls = load_class(config.callback_config.callback_class)  # as Ray loads it
+    name = config.callback_config.callback_class
+    assert isinstance(name, str)
+    cls = load_class(name)  # as Ray loads it
     return config, cls(
         llm_config=config,
         ctx_kwargs={"worker_node_download_model": NodeModelDownloadable.MODEL_AND_TOKENIZER},
