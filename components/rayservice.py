@@ -52,6 +52,13 @@ class RayService(pulumi.ComponentResource):
             )
             for sa in manifests.service_accounts
         ]
+        # Not waited on, and waiting on nothing but the namespace: it pulls while the rest comes up.
+        k8s.apps.v1.DaemonSet(
+            f"{name}-prepull",
+            metadata=manifests.prepull["metadata"],
+            spec=manifests.prepull["spec"],
+            opts=in_namespace,
+        )
         plugins = k8s.core.v1.ConfigMap(
             f"{name}-plugins",
             metadata=manifests.plugins["metadata"],

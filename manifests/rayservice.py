@@ -43,6 +43,7 @@ from manifests.k8s import (
     pod_security_labels,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
+from manifests.prepull import prepull_daemon_set
 from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
@@ -154,6 +155,8 @@ class ServingManifests:
     rayservice: RayServiceManifest
     ready_check: ProgramJob
     """After a serve config change: the Job `pulumi up` waits on until the new config is RUNNING."""
+    prepull: dict[str, Any]
+    """DaemonSet pulling the Ray image on every GPU node as soon as it joins (manifests/prepull.py)."""
     plugins: dict[str, Any]
     """ConfigMap of the Ray pods' PYTHONPATH (the node cache callback), before the RayService."""
     service_accounts: list[dict[str, Any]]
@@ -173,6 +176,7 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
         namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
         rayservice=rayservice,
         ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2),
+        prepull=prepull_daemon_set(settings, plan),
         plugins={
             "apiVersion": "v1",
             "kind": "ConfigMap",

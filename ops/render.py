@@ -37,6 +37,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         serving.namespace,
         *serving.service_accounts,
         serving.plugins,
+        serving.prepull,
         *[part for job in jobs for part in (job.config_map, job.job.to_dict())],
         serving.rayservice.to_dict(),
         serving.ready_check.config_map,

@@ -215,3 +215,28 @@ def test_a_copy_that_is_not_whole_fails_without_the_hash_file(snapshot: Path):
     ok, message = copy(snapshot, "abc123", lambda: dict(s3.objects), s3.upload, s3.write_hash, lambda _: None)
     assert not ok and s3.hash is None
     assert message == "the copy is not whole: model-00002-of-00002.safetensors (absent)"
+
+
+class TestImagePrepull:
+    """The ~15 GiB image is pulled as soon as a GPU node joins, not once a worker lands there."""
+
+    def test_a_daemon_set_holds_the_ray_image_on_every_gpu_node(self, dev_stack: StackRun):
+        import kubernetes_validate
+
+        prepull = dev_stack.one("kubernetes:apps/v1:DaemonSet")
+        pod = prepull.inputs["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        ray = dev_stack.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"][
+            "spec"
+        ]
+        assert container["image"] == ray["containers"][0]["image"]
+        assert pod["nodeSelector"] == ray["nodeSelector"] and pod["tolerations"] == ray["tolerations"]
+        assert prepull.inputs["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+        kubernetes_validate.validate(
+            {k: prepull.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}, "1.35", strict=True
+        )
+
+    def test_it_waits_for_nothing_but_its_namespace(self, dev_stack: StackRun):
+        prepull = dev_stack.one("kubernetes:apps/v1:DaemonSet")
+        namespace = dev_stack.one("kubernetes:core/v1:Namespace", "ray-llm-ns")
+        assert prepull.dependencies == [namespace.urn]

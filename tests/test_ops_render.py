@@ -29,7 +29,7 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     code, out, err = render(capsys, "--stack", stack, "--account-id", "123456789012")  # the mocks' account
 
     run = run_stack(stack=stack)
-    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService")
+    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService", "DaemonSet")
     fields = ("apiVersion", "kind", "metadata", "spec", "data")
     program = {
         (r.inputs["kind"], r.inputs["metadata"]["name"]): {k: r.inputs[k] for k in fields if k in r.inputs}
