@@ -1,4 +1,5 @@
-"""`ops status`: where the RayService stands, where each Ray pod runs, and what each GPU node offers.
+"""`ops status`: where the RayService stands, where each Ray pod runs and how long it took to start
+and to become Ready (docs/time-to-serving.md), and what each GPU node offers.
 
 It replaces the seed's `deploy_ray_service.sh status`. KubeRay 1.7 still fills the deprecated
 `serviceStatus`, but the `Ready` condition is what `pulumi up` waits for, so both are shown.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi
@@ -62,6 +64,10 @@ class PodInfo:
     node: str | None
     phase: str
     ready: bool
+    started_s: float | None = None
+    """Seconds from the pod's creation to its containers running (scheduling, image pull)."""
+    ready_s: float | None = None
+    """Seconds from the pod's creation to Ready (for a worker: the model downloaded, loaded, serving)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +116,17 @@ class StatusReport:
         lines.append(f"Ray pods in {self.namespace}: {len(self.pods)}")
         if self.pods:
             lines += _table(
-                ("POD", "TYPE", "PHASE", "READY", "NODE"),
+                ("POD", "TYPE", "PHASE", "READY", "NODE", "STARTED", "READY AFTER"),
                 [
-                    (p.name, p.node_type, p.phase, "yes" if p.ready else "no", p.node or "-")
+                    (
+                        p.name,
+                        p.node_type,
+                        p.phase,
+                        "yes" if p.ready else "no",
+                        p.node or "-",
+                        _duration(p.started_s),
+                        _duration(p.ready_s),
+                    )
                     for p in self.pods
                 ],
             )
@@ -169,13 +183,33 @@ def parse_rayservice(obj: Mapping[str, Any]) -> RayServiceStatus:
     )
 
 
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
 def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     labels = meta.get("labels") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready", {}).get("status") == "True"
+    running = [
+        (c.get("state") or {}).get("running", {}).get("startedAt")
+        for c in status.get("containerStatuses") or []
+    ]
+    created = meta.get("creationTimestamp")
     return PodInfo(
+        started_s=_seconds_between(created, max(running)) if running and all(running) else None,
+        ready_s=_seconds_between(created, conditions["Ready"].get("lastTransitionTime")) if ready else None,
         name=meta["name"],
         node_type=labels.get(RAY_NODE_TYPE_LABEL, "?"),
         cluster=labels.get(RAY_CLUSTER_LABEL, ""),

@@ -93,7 +93,7 @@ def test_status_while_deploying_shows_what_is_not_ready_yet(capsys, kubeconfig):
     assert "serviceStatus: (empty)" in out
     assert "application qwen: DEPLOYING (Deploying app 'qwen'.)" in out
     assert "    Decode:qwen3_5-9b: UPDATING" in out
-    assert re.search(rf"{WORKERS[1]}\s+worker\s+Pending\s+no\s+-$", out, re.MULTILINE)
+    assert re.search(rf"{WORKERS[1]}\s+worker\s+Pending\s+no\s+-\s+-\s+-$", out, re.MULTILINE)
 
 
 def test_status_of_a_missing_rayservice_exits_1(capsys, kubeconfig):
@@ -142,3 +142,15 @@ def test_status_with_stack_reads_namespace_name_and_kubeconfig_from_the_stack(tm
     assert "RayService llm/chat" in out
     assert cluster_code == 1  # the fake holds inference/ray-llm only
     assert "pulumi stack output kubeconfig" in err  # progress on stderr
+
+
+def test_status_shows_how_long_each_ray_pod_took_to_start_and_to_serve(capsys, kubeconfig):
+    """From the pod objects: creation to containers running (scheduling, image pull), and to Ready (a
+    worker: model downloaded, loaded, serving); docs/time-to-serving.md has the figures to compare."""
+    report = collect_status(healthy_cluster(), "inference", "ray-llm")
+    timings = {p.name: (p.started_s, p.ready_s) for p in report.pods}
+    assert timings[HEAD] == (254, 261)
+    assert timings[WORKERS[0]] == (254, 529)
+    code, out, _ = run_status(healthy_cluster(), capsys, "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert re.search(rf"{WORKERS[0]}\s+worker\s+Running\s+yes\s+\S+\s+4m14s\s+8m49s$", out, re.MULTILINE)
