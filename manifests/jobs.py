@@ -21,6 +21,7 @@ from manifests.k8s import (
     Container,
     EnvVar,
     K8sModel,
+    Manifest,
     ObjectMeta,
     PodSpec,
     PodTemplate,
@@ -41,14 +42,11 @@ class JobSpec(K8sModel):
     template: PodTemplate
 
 
-class JobManifest(K8sModel):
+class JobManifest(Manifest):
     api_version: Literal["batch/v1"] = "batch/v1"
     kind: Literal["Job"] = "Job"
     metadata: ObjectMeta
     spec: JobSpec
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,14 @@ class ObjectMeta(K8sModel):
     annotations: dict[str, str] = {}
 
 
+class Manifest(K8sModel):
+    """A whole Kubernetes object (apiVersion, kind, metadata, spec, declared by each kind)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as the API server sees it: camelCase, unset fields absent (never null)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:
     """Pod Security admission: enforce `level`, and warn/audit against `audit` so drift shows up."""
     return {

@@ -29,6 +29,7 @@ from manifests.k8s import (
     K8sModel,
     Lifecycle,
     LifecycleHandler,
+    Manifest,
     ObjectFieldSelector,
     ObjectMeta,
     PodSpec,
@@ -91,15 +92,11 @@ class RayServiceSpec(K8sModel):
     ray_cluster_config: RayClusterSpec
 
 
-class RayServiceManifest(K8sModel):
+class RayServiceManifest(Manifest):
     api_version: Literal["ray.io/v1"] = "ray.io/v1"
     kind: Literal["RayService"] = "RayService"
     metadata: ObjectMeta
     spec: RayServiceSpec
-
-    def to_dict(self) -> dict[str, Any]:
-        """The object as the API server sees it: camelCase, unset fields absent (never null)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def cluster_fingerprint(self) -> str:
         """A hash of `spec.rayClusterConfig`: a change to it means a new Ray cluster."""
