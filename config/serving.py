@@ -20,7 +20,9 @@ class KubeRayConfig(StrictModel):
     """The KubeRay operator (Helm chart `kuberay-operator`), on the system nodes."""
 
     chart_version: SemVer = Field(
-        versions.KUBERAY_CHART_VERSION, description="`kuberay-operator` Helm chart version."
+        versions.KUBERAY_CHART_VERSION,
+        description="`kuberay-operator` Helm chart version; the stack applies the same release's CRDs (Helm "
+        "would never upgrade them).",
     )
     namespace: DnsLabel = Field("kuberay-operator", description="Namespace of the operator.")
 
