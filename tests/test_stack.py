@@ -293,6 +293,8 @@ class TestHuggingFaceToken:
         assert secret.inputs["metadata"]["name"] == "hf-token"
         data = secret.inputs["stringData"]
         assert isinstance(data, Secret) or isinstance(data.get("token"), Secret)
+        token = data.value["token"] if isinstance(data, Secret) else data["token"].value
+        assert token == "hf_test_token"
         ray = run.one(RAYSERVICE)
         assert "hf_test_token" not in json.dumps(ray.inputs, default=str)
         env = ray.inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][
