@@ -167,13 +167,13 @@ def main() -> None:
             readers=RAY_SERVICE_ACCOUNT,
             writers=COPY_SERVICE_ACCOUNT,
             partition=partition_of(settings.region),
-            opts=pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent]),
         )
         if plan.model_cache
         else None
     )
     serving = build_serving(settings, plan)
-    pod_identity = model_cache.associations if model_cache else []
+    # Pods get their roles' credentials from the agent: the copy Job and the Ray pods wait for both.
+    pod_identity = [cluster.pod_identity_agent, *model_cache.associations] if model_cache else []
     ray_service = RayService(
         "ray-llm",
         manifests=serving,

@@ -129,8 +129,12 @@ class TestPodIdentity:
 class TestTheCopyJob:
     def test_awaited_before_the_rayservice_after_its_pod_identity(self, dev_stack: StackRun):
         job = copy_job(dev_stack)
-        assert job.urn in dev_stack.one(RAYSERVICE).dependencies
-        assert {a.urn for a in dev_stack.of_type(ASSOCIATION)} <= set(job.dependencies)
+        ray = dev_stack.one(RAYSERVICE)
+        assert job.urn in ray.dependencies
+        agent = dev_stack.one("aws:eks/addon:Addon", "cluster-pod-identity").urn
+        # without the agent running, a pod of a Pod Identity service account gets no credentials
+        for waiting in (job, ray):
+            assert {agent, *(a.urn for a in dev_stack.of_type(ASSOCIATION))} <= set(waiting.dependencies)
         pod = job.inputs["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "model-copy" and pod["nodeSelector"] == {"role": "system"}
         command = pod["containers"][0]["command"]
