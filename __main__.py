@@ -4,8 +4,11 @@
                                                    │
                                                    ├──► GPU node group (EFA, one zone) ──► device plugins ─┐
                                                    ├──► KubeRay operator (system nodes) ───────────────────┤
-                                                   └──────────────────────────────────────► RayService ◄───┘
-                                                         (prefill and decode workers, NIXL over EFA)
+                                                   ├──► AWS Load Balancer Controller ──┐                   │
+                                                   │                                   │                   │
+                                                   │    Endpoint: NLB ─► Envoy Gateway ─► RayService ◄─────┘
+                                                   │    (API keys)  ◄──────────────────┘  (prefill and decode
+                                                   └───────────────────────────────────    workers, NIXL/EFA)
 
 Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
 `planning` (what the hardware and AWS can carry), before the first resource is registered. What the
@@ -23,12 +26,16 @@ from pulumi.runtime import config as runtime_config
 
 from components.cluster import Cluster
 from components.device_plugins import DevicePlugins
+from components.endpoint import Endpoint
 from components.gpu_node_group import GpuNodeGroup
 from components.kuberay import KubeRayOperator
+from components.load_balancer_controller import LoadBalancerController
 from components.model_cache import ModelCache
 from components.network import Network
 from components.rayservice import RayService
 from config import PROJECT, ConfigError, Settings, load_settings
+from manifests.endpoint import build_endpoint
+from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.rayservice import build_serving
 from planning import plan_stack
@@ -189,6 +196,33 @@ def main() -> None:
         copy_after=[cluster.system_node_group, *pod_identity],
     )
 
+    endpoint_manifests = build_endpoint(settings)
+    endpoint = None
+    if endpoint_manifests:
+        load_balancer = LoadBalancerController(
+            "load-balancer-controller",
+            chart=load_balancer_controller(settings, cluster_name=plan.cluster_name),
+            cluster_name=cluster.cluster_name,
+            vpc_id=network.vpc_id,
+            region=settings.region,
+            partition=partition_of(settings.region),
+            account_id=caller.account_id,
+            provider=cluster.provider,
+            after=[cluster.system_node_group, cluster.pod_identity_agent],
+        )
+        endpoint = Endpoint(
+            "endpoint",
+            manifests=endpoint_manifests,
+            rotations={client: c.rotation for client, c in settings.endpoint.clients.items()},
+            given_keys=settings.api_keys,
+            hostname=settings.endpoint.hostname,
+            tls=settings.endpoint.tls,
+            serving_namespace=ray_service.namespace,
+            provider=cluster.provider,
+            system_nodes=[cluster.system_node_group],
+            load_balancer_ready=load_balancer.ready,
+        )
+
     fingerprint = serving.rayservice.cluster_fingerprint()
     previous = pulumi.StackReference(f"{pulumi.get_organization() or 'organization'}/{PROJECT}/{stack}")
     pulumi.Output.all(previous.get_output("rayClusterFingerprint"), previous.get_output("rayImage")).apply(
@@ -209,6 +243,10 @@ def main() -> None:
         "portForwardCommand", f"kubectl port-forward -n {namespace} svc/{serving.service_name} 8000:8000"
     )
     pulumi.export("openaiBaseUrl", "http://127.0.0.1:8000/v1")
+    if endpoint:
+        pulumi.export("endpointUrl", endpoint.url)
+        pulumi.export("loadBalancerHostname", endpoint.load_balancer_hostname)
+        pulumi.export("apiKeys", endpoint.api_keys)
     pulumi.export("modelId", settings.model.id)
     pulumi.export("rayClusterFingerprint", fingerprint)
     pulumi.export("rayImage", plan.image)

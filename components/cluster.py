@@ -36,7 +36,7 @@ class Cluster(pulumi.ComponentResource):
     eks_cluster: eks.Cluster
     """The pulumi-eks cluster; node groups attach to it."""
     cluster_name: pulumi.Output[str]
-    """EKS cluster name."""
+    """EKS cluster name, available once the cluster exists."""
     kubeconfig: pulumi.Output[str]
     """Kubeconfig (JSON) that authenticates with `aws eks get-token`; a Pulumi secret."""
     node_role: aws.iam.Role
@@ -161,7 +161,9 @@ class Cluster(pulumi.ComponentResource):
             tags={"Name": cluster_name},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=log_groups)),
         )
-        self.cluster_name = pulumi.Output.from_input(cluster_name)
+        # Known before the cluster exists, but carrying the dependency on it: what is created with the
+        # name (Pod Identity associations) must wait for the cluster.
+        self.cluster_name = self.eks_cluster.urn.apply(lambda _: cluster_name)
 
         system = system_nodes
         self.system_node_group = eks.ManagedNodeGroup(

@@ -12,20 +12,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from components.pod_identity import pod_identity_role
 from planning.model_cache import ModelCachePlan
 
-POD_IDENTITY_TRUST = json.dumps(
-    {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "pods.eks.amazonaws.com"},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
-            }
-        ],
-    }
-)
 READ = ["s3:GetObject"]
 WRITE = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
 
@@ -130,25 +119,14 @@ class ModelCache(pulumi.ComponentResource):
         grants = [("reader", readers, READ)] + ([("writer", writers, WRITE)] if plan.copy_from else [])
         self.associations = []
         for role_name, service_account, actions in grants:
-            role = aws.iam.Role(
-                f"{name}-{role_name}",
-                assume_role_policy=POD_IDENTITY_TRUST,
-                description=f"{service_account} in {namespace}: {role_name} of {plan.uri}",
-                opts=child,
-            )
-            aws.iam.RolePolicy(
-                f"{name}-{role_name}",
-                role=role.name,
-                policy=prefix_policy(partition, plan.bucket, plan.prefix, actions),
-                opts=child,
-            )
             self.associations.append(
-                aws.eks.PodIdentityAssociation(
+                pod_identity_role(
                     f"{name}-{role_name}",
                     cluster_name=cluster_name,
                     namespace=namespace,
                     service_account=service_account,
-                    role_arn=role.arn,
+                    policy=prefix_policy(partition, plan.bucket, plan.prefix, actions),
+                    description=f"{service_account} in {namespace}: {role_name} of {plan.uri}",
                     opts=child,
                 )
             )

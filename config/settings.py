@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationError
 
 from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
+from config.endpoint import EndpointConfig
 from config.network import NetworkConfig
 from config.serving import KubeRayConfig, ModelCacheConfig, ModelConfig, ServingConfig
 
@@ -24,7 +25,7 @@ PROJECT = "ray-llm-eks"
 """The project name in Pulumi.yaml, and so the namespace of every config key of ours."""
 
 REGION_KEY = "aws:region"
-SECRET_KEYS = ("huggingFaceToken",)
+SECRET_KEYS = ("huggingFaceToken", "apiKeys")
 
 
 class ConfigError(ValueError):
@@ -45,6 +46,13 @@ class Settings(StrictModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)  # type: ignore[arg-type]
     model: ModelConfig = Field(default_factory=ModelConfig)  # type: ignore[arg-type]
     model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)  # type: ignore[arg-type]
+    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)  # type: ignore[arg-type]
+    api_keys: dict[str, SecretStr] = Field(
+        {},
+        description="API keys you choose instead of generated ones, by client name (each must be one of "
+        "`endpoint.clients`), at least 24 characters; a secret: `pulumi config set --secret --path "
+        "'apiKeys.<client>' <key>`.",
+    )
     hugging_face_token: SecretStr | None = Field(
         None,
         description="Hugging Face token for gated models; set it with `pulumi config set --secret "
@@ -69,6 +77,25 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
             f"{project}:gpuNodes.availabilityZone: {gpu_zone} must be one of "
             f"{project}:network.availabilityZones {cluster_zones}"
         )
+    endpoint = settings.endpoint
+    if endpoint.enabled and endpoint.certificate_arn:
+        cert_region = endpoint.certificate_arn.split(":")[3]
+        if cert_region != settings.region:
+            problems.append(
+                f"{project}:endpoint.certificateArn: the certificate is in {cert_region}, but an NLB in "
+                f"{REGION_KEY} {settings.region} can only use a certificate of its own region"
+            )
+    for client, key in sorted(settings.api_keys.items()):
+        if client not in endpoint.clients:
+            problems.append(
+                f"{project}:apiKeys.{client}: not a client of {project}:endpoint.clients "
+                f"{sorted(endpoint.clients)}; add it there, or remove its key"
+            )
+        elif len(key.get_secret_value()) < MIN_API_KEY_LENGTH and not _is_placeholder(key):
+            problems.append(
+                f"{project}:apiKeys.{client}: the key has {len(key.get_secret_value())} characters; "
+                f"use at least {MIN_API_KEY_LENGTH} (or remove it and let the stack generate one)"
+            )
     return problems
 
 
@@ -98,6 +125,13 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
                 + ", ".join(f"{project}:{k}" for k in sorted(sections))
             )
             continue
+        if name == "apiKeys":
+            keys = _secret_mapping(key, value)
+            if isinstance(keys, str):
+                problems.append(keys)
+            else:
+                data[name] = keys
+            continue
         if name in SECRET_KEYS:
             data[name] = _secret_value(value)
             continue
@@ -126,11 +160,37 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
     return settings
 
 
+ENCRYPTED = "<encrypted in the stack file>"
+MIN_API_KEY_LENGTH = 24
+
+
 def _secret_value(value: Any) -> str:
     # A stack file holds secrets encrypted ({secure: v1:...}); the runtime hands them over decrypted.
     if isinstance(value, Mapping) and "secure" in value:
-        return "<encrypted in the stack file>"
+        return ENCRYPTED
     return str(value)
+
+
+def _is_placeholder(value: SecretStr) -> bool:
+    return value.get_secret_value() == ENCRYPTED
+
+
+def _secret_mapping(key: str, value: Any) -> dict[str, str] | str:
+    """A secret object such as `apiKeys` (`pulumi config set --secret --path 'apiKeys.app' ...`): the
+    runtime hands it over as a JSON string, a stack file as a mapping of encrypted values. Returns the
+    mapping, or the problem."""
+    if isinstance(value, Mapping) and set(value) == {"secure"}:
+        return {}  # one encrypted JSON object (`config set --secret apiKeys '{...}'`): unreadable offline
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None
+    if not isinstance(value, Mapping):
+        return (
+            f"{key}: must map client names to keys, e.g. `pulumi config set --secret --path '{key}.app' ...`"
+        )
+    return {str(k): _secret_value(v) for k, v in value.items()}
 
 
 _NO_INPUT_SHOWN = {"value_error", "assertion_error", "missing"}

@@ -42,6 +42,53 @@ versions carry a leading `v`). Its default instance allow-list includes g6.8xlar
 
 EFA_DEVICE_PLUGIN_CHART_REPO = "https://aws.github.io/eks-charts"
 
+AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION = "3.5.0"
+"""`aws-load-balancer-controller` chart from https://aws.github.io/eks-charts (app and image v3.5.0;
+identical to the controller repo's helm/ at tag v3.5.0). It turns the gateway's Service into an NLB."""
+
+AWS_LOAD_BALANCER_CONTROLLER_CHART_REPO = "https://aws.github.io/eks-charts"
+
+AWS_LOAD_BALANCER_CONTROLLER_CRDS = ("crds.yaml", "gateway-crds.yaml")
+"""The chart's crds/ at 3.5.0 (TargetGroupBinding, IngressClassParams, ...; and its own gateway.k8s.aws
+CRDs). Helm would install them once and never upgrade them, so the stack applies them itself."""
+
+
+def aws_load_balancer_controller_crd_url(chart_version: str, name: str) -> str:
+    """One of the chart's CRD files, from the controller's release tag (same files as the chart)."""
+    return (
+        "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/"
+        f"v{chart_version}/helm/aws-load-balancer-controller/crds/{name}"
+    )
+
+
+ENVOY_GATEWAY_CHART_VERSION = "v1.9.0"
+"""Envoy Gateway's chart `gateway-helm` (published as v1.9.0 by envoyproxy/gateway's release workflow;
+app and image v1.9.0). It checks API keys and routes to Ray Serve."""
+
+ENVOY_GATEWAY_CHART_REPO = "oci://docker.io/envoyproxy"
+
+ENVOY_GATEWAY_CRDS = (
+    "gatewayapi-crds.yaml",
+    "generated/gateway.envoyproxy.io_backends.yaml",
+    "generated/gateway.envoyproxy.io_backendtrafficpolicies.yaml",
+    "generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
+    "generated/gateway.envoyproxy.io_envoyextensionpolicies.yaml",
+    "generated/gateway.envoyproxy.io_envoypatchpolicies.yaml",
+    "generated/gateway.envoyproxy.io_envoyproxies.yaml",
+    "generated/gateway.envoyproxy.io_httproutefilters.yaml",
+    "generated/gateway.envoyproxy.io_securitypolicies.yaml",
+)
+"""What the chart's `crds` subchart installs at v1.9.0 (charts/gateway-helm/charts/crds/crds/): the Gateway
+API CRDs v1.6.1, experimental channel (which Envoy Gateway's controller watches), and its own."""
+
+
+def envoy_gateway_crd_url(name: str) -> str:
+    return (
+        f"https://raw.githubusercontent.com/envoyproxy/gateway/{ENVOY_GATEWAY_CHART_VERSION}/"
+        f"charts/gateway-helm/charts/crds/crds/{name}"
+    )
+
+
 RAY_VERSION = "2.58.0"
 """Ray inside the image below; KubeRay's `rayVersion` must match it, and the tests validate the serve
 config with this exact Ray (`ray[serve]==2.58.0` in requirements-dev.txt)."""

@@ -129,9 +129,14 @@ SYSTEM_NODE_RESERVED_GIB = 3
 """Memory a system node keeps for the kubelet's reservation, eviction threshold and system pods."""
 
 
-def system_node_free(spec: InstanceType) -> tuple[float, float]:
-    """(vCPU, bytes) a system node offers the Ray head beside the system pods."""
-    return spec.vcpu - SYSTEM_NODE_RESERVED_CPU, (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB
+def system_node_free(spec: InstanceType, stack_pods: tuple[float, float] = (0, 0)) -> tuple[float, float]:
+    """(vCPU, bytes) a system node offers the Ray head beside the system pods and `stack_pods`, the
+    (vCPU, bytes) of the stack's own controllers and proxies (planning/system_pods.py), counted as if
+    all ran on the head's node."""
+    cpu, memory = stack_pods
+    return spec.vcpu - SYSTEM_NODE_RESERVED_CPU - cpu, (
+        spec.memory_gib - SYSTEM_NODE_RESERVED_GIB
+    ) * GIB - memory
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from planning.capacity import (
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.model_cache import ModelCachePlan, plan_model_cache
+from planning.system_pods import system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
@@ -147,7 +148,7 @@ def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]
     if system is None:
         return []
     head = settings.serving.head
-    cpu_free, memory_free = system_node_free(system)
+    cpu_free, memory_free = system_node_free(system, system_pods_total(settings))
     problems = []
     if quantity_value(head.cpu_request) > cpu_free:
         problems.append(

@@ -18,6 +18,7 @@ from config import PROJECT, Settings
 from config.base import quantity_value
 from planning.capacity import system_node_free
 from planning.catalog import InstanceType
+from planning.system_pods import system_pods_total
 
 GPU_NODE_UPDATE = {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
 """How EKS rolls the GPU node group (a Kubernetes version bump, a new AMI or launch template): MINIMAL
@@ -54,7 +55,7 @@ def system_nodes_host_two_heads(settings: Settings, system: InstanceType | None)
     if system is None:
         return False
     head = settings.serving.head
-    cpu_free, memory_free = system_node_free(system)
+    cpu_free, memory_free = system_node_free(system, system_pods_total(settings))
     return (
         2 * quantity_value(head.cpu_request) <= cpu_free
         and 2 * quantity_value(head.memory_request) <= memory_free

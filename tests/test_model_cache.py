@@ -20,6 +20,11 @@ ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 BUCKET = "s3://ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
 
 
+def cache_associations(run: StackRun):
+    """The model cache's Pod Identity associations (the load balancer controller has one too)."""
+    return [a for a in run.of_type(ASSOCIATION) if a.name.startswith("model-cache-")]
+
+
 def copy_job(run: StackRun):
     return run.one(JOB, "ray-llm-model-copy")
 
@@ -53,7 +58,7 @@ class TestTheBucket:
 
     def test_off_means_hugging_face_and_no_cache_at_all(self):
         run = run_stack(overrides={"modelCache": {"enabled": False}})
-        assert run.of_type("aws:s3/bucket:Bucket") == [] and run.of_type(ASSOCIATION) == []
+        assert run.of_type("aws:s3/bucket:Bucket") == [] and cache_associations(run) == []
         assert [j.name for j in run.of_type(JOB)] == ["ray-llm-ready-check"]
         app = yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]
         assert app["args"]["prefill_config"]["model_loading_config"]["model_source"] == "Qwen/Qwen3.5-9B"
@@ -87,22 +92,24 @@ class TestLoading:
         run = run_stack(overrides={"model": {"source": "s3://team-models/qwen/v3", **qwen}})
         assert run.of_type("aws:s3/bucket:Bucket") == []
         assert [j.name for j in run.of_type(JOB)] == ["ray-llm-ready-check"]
-        (reader,) = run.of_type(ASSOCIATION)
+        (reader,) = cache_associations(run)
         assert reader.inputs["serviceAccount"] == "ray-llm"
-        policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+        policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "model-cache-reader").inputs["policy"])
         assert policy["Statement"][0]["Resource"] == "arn:aws:s3:::team-models/qwen/v3/*"
 
 
 class TestPodIdentity:
     def test_each_service_account_gets_its_prefix_and_nothing_more(self, dev_stack: StackRun):
-        grants = {a.inputs["serviceAccount"]: a for a in dev_stack.of_type(ASSOCIATION)}
+        grants = {a.inputs["serviceAccount"]: a for a in cache_associations(dev_stack)}
         assert set(grants) == {"ray-llm", "model-copy"}
         assert all(
             a.inputs["namespace"] == "inference" and a.inputs["clusterName"] == "ray-llm-multinode"
             for a in grants.values()
         )
         policies = {
-            p.name: json.loads(p.inputs["policy"]) for p in dev_stack.of_type("aws:iam/rolePolicy:RolePolicy")
+            p.name: json.loads(p.inputs["policy"])
+            for p in dev_stack.of_type("aws:iam/rolePolicy:RolePolicy")
+            if p.name.startswith("model-cache-")
         }
         prefix = "arn:aws:s3:::ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main/*"
         read, write = policies["model-cache-reader"]["Statement"], policies["model-cache-writer"]["Statement"]
@@ -134,7 +141,7 @@ class TestTheCopyJob:
         agent = dev_stack.one("aws:eks/addon:Addon", "cluster-pod-identity").urn
         # without the agent running, a pod of a Pod Identity service account gets no credentials
         for waiting in (job, ray):
-            assert {agent, *(a.urn for a in dev_stack.of_type(ASSOCIATION))} <= set(waiting.dependencies)
+            assert {agent, *(a.urn for a in cache_associations(dev_stack))} <= set(waiting.dependencies)
         pod = job.inputs["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "model-copy" and pod["nodeSelector"] == {"role": "system"}
         command = pod["containers"][0]["command"]

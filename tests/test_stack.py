@@ -20,6 +20,7 @@ NODE_GROUP = "eks:index:ManagedNodeGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 COMPONENT_PREFIX = "ray-llm-eks:"
+DEVICE_PLUGIN_CHARTS = {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
 
 
 def depends_on(run: StackRun, reg: Registration, other: Registration) -> bool:
@@ -150,7 +151,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert exports["openaiBaseUrl"] == "http://127.0.0.1:8000/v1"
         assert json.loads(exports["kubeconfig"])["kind"] == "Config"
         assert "kubeconfig" in dev_stack.secret_exports
-        assert dev_stack.secret_exports == {"kubeconfig"}
+        assert dev_stack.secret_exports == {"kubeconfig", "apiKeys"}
 
 
 class TestGraph:
@@ -164,6 +165,8 @@ class TestGraph:
             "kuberay",
             "model_cache",
             "rayservice",
+            "load_balancer_controller",
+            "endpoint",
         }
         for reg in dev_stack.registrations:
             if reg.type.startswith(COMPONENT_PREFIX):
@@ -194,14 +197,16 @@ class TestGraph:
 
     def test_device_plugins_wait_for_gpu_nodes(self, dev_stack: StackRun):
         gpu = dev_stack.one(NODE_GROUP, "gpu-nodes")
-        for release in dev_stack.of_type(RELEASE):
-            if release.inputs["chart"] != "kuberay-operator":
-                assert depends_on(dev_stack, release, gpu)
+        plugins = [r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] in DEVICE_PLUGIN_CHARTS]
+        assert len(plugins) == 2
+        for release in plugins:
+            assert depends_on(dev_stack, release, gpu)
 
     def test_rayservice_waits_for_kuberay_gpu_nodes_and_device_plugins(self, dev_stack: StackRun):
         ray = dev_stack.one(RAYSERVICE)
         for release in dev_stack.of_type(RELEASE):
-            assert depends_on(dev_stack, ray, release), release.inputs["chart"]
+            if release.inputs["chart"] in {*DEVICE_PLUGIN_CHARTS, "kuberay-operator"}:
+                assert depends_on(dev_stack, ray, release), release.inputs["chart"]
         assert depends_on(dev_stack, ray, dev_stack.one(NODE_GROUP, "gpu-nodes"))
         namespace = dev_stack.one("kubernetes:core/v1:Namespace", "ray-llm-ns")
         assert depends_on(dev_stack, ray, namespace)
@@ -289,7 +294,7 @@ class TestSecureDefaults:
 class TestHuggingFaceToken:
     def test_token_travels_as_a_secret_into_a_kubernetes_secret(self):
         run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_test_token"})
-        secret = run.one("kubernetes:core/v1:Secret")
+        secret = run.one("kubernetes:core/v1:Secret", "ray-llm-hf-token")
         assert secret.inputs["metadata"]["name"] == "hf-token"
         data = secret.inputs["stringData"]
         assert isinstance(data, Secret) or isinstance(data.get("token"), Secret)
@@ -307,7 +312,7 @@ class TestHuggingFaceToken:
         assert depends_on(run, ray, secret)
 
     def test_no_token_no_secret(self, dev_stack: StackRun):
-        assert dev_stack.of_type("kubernetes:core/v1:Secret") == []
+        assert [s.name for s in dev_stack.of_type("kubernetes:core/v1:Secret")] == ["endpoint-api-keys"]
 
 
 class TestStacksAndDeterminism:

@@ -60,7 +60,7 @@ class TestPreviewSaysWhenServingStops:
 
 class TestKubeRayCrds:
     def test_applied_at_the_charts_version_before_the_operator_which_skips_them(self, dev_stack):
-        crds = dev_stack.one(CONFIG_GROUP)
+        crds = dev_stack.one(CONFIG_GROUP, "kuberay-crds")
         assert crds.inputs["files"] == [
             f"https://raw.githubusercontent.com/ray-project/kuberay/v1.7.0/helm-chart/kuberay-operator/crds/ray.io_{p}.yaml"
             for p in ("rayclusters", "rayjobs", "rayservices", "raycronjobs")
@@ -72,11 +72,11 @@ class TestKubeRayCrds:
 
     def test_never_deleted_by_the_stack(self, dev_stack):
         """Deleting a CRD deletes every object of it: no update or destroy of ours may."""
-        assert dev_stack.one(CONFIG_GROUP).retain_on_delete is True
+        assert dev_stack.one(CONFIG_GROUP, "kuberay-crds").retain_on_delete is True
 
     def test_a_chart_bump_updates_the_same_crds(self, dev_stack):
         bumped = run_stack(overrides={"kuberay": {"chartVersion": "1.8.0"}})
-        before, after = dev_stack.one(CONFIG_GROUP), bumped.one(CONFIG_GROUP)
+        before, after = dev_stack.one(CONFIG_GROUP, "kuberay-crds"), bumped.one(CONFIG_GROUP, "kuberay-crds")
         assert after.urn == before.urn  # the same resources, so Pulumi updates them in place
         assert all("/kuberay/v1.8.0/" in url for url in after.inputs["files"])
         (operator,) = [r for r in bumped.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator"]

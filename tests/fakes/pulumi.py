@@ -12,6 +12,7 @@ source cannot quietly return nothing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import json
 import logging
@@ -207,6 +208,10 @@ class StackMocks(pulumi_mocks.Mocks):
                 oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
                 clusterSecurityGroupId="sg-cluster",
             )
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            # As the provider: `length` characters, new ones whenever a keeper changes.
+            seed = f"{args.name}-{json.dumps(args.inputs.get('keepers'), sort_keys=True)}"
+            outputs["result"] = hashlib.sha256(seed.encode()).hexdigest()[: int(args.inputs["length"])]
         elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key", "aws:s3/bucket:Bucket"):
             outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
         return mock_id(args.typ, args.name), outputs

@@ -1,0 +1,80 @@
+"""The AWS Load Balancer Controller (Helm, kube-system, on the system nodes) and its AWS identity: an IAM
+role through EKS Pod Identity with the controller's policy, scoped to this stack's VPC where upstream
+allows it. It makes the gateway's Service an NLB (manifests/load_balancer.py says which chart defaults
+are changed and why).
+
+Teardown depends on the order here: every load balancer Service must be deleted while the controller,
+its role and its association still exist, because the controller's finalizer on the Service is what
+deletes the NLB, its target groups and security groups. So those Services depend on `ready`, and
+`pulumi destroy` removes them first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.helm import helm_release
+from components.pod_identity import pod_identity_role
+from manifests.charts import HelmChart
+from manifests.load_balancer import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_SERVICE_ACCOUNT,
+    controller_policy,
+    load_balancer_controller_crds,
+)
+
+
+class LoadBalancerController(pulumi.ComponentResource):
+    ready: list[pulumi.Resource]
+    """What a load balancer Service waits for (and outlives at teardown): the CRDs, the role's
+    association and the release."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        chart: HelmChart,
+        cluster_name: pulumi.Input[str],
+        vpc_id: pulumi.Input[str],
+        region: str,
+        partition: str,
+        account_id: str,
+        provider: k8s.Provider,
+        after: Sequence[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`chart`: manifests.load_balancer.load_balancer_controller, to which `vpc_id` is added;
+        `after`: the system node group and the Pod Identity agent."""
+        super().__init__("ray-llm-eks:load_balancer_controller:LoadBalancerController", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        vpc_arn = pulumi.Output.from_input(vpc_id).apply(
+            lambda vpc: f"arn:{partition}:ec2:{region}:{account_id}:vpc/{vpc}"
+        )
+        association = pod_identity_role(
+            f"{name}-role",
+            cluster_name=cluster_name,
+            namespace=CONTROLLER_NAMESPACE,
+            service_account=CONTROLLER_SERVICE_ACCOUNT,
+            policy=vpc_arn.apply(lambda arn: json.dumps(controller_policy(partition, arn))),
+            description="AWS Load Balancer Controller (kube-system/aws-load-balancer-controller)",
+            opts=child,
+        )
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(after))
+        crds = k8s.yaml.v2.ConfigGroup(
+            f"{name}-crds",
+            files=load_balancer_controller_crds(),
+            # Deleting a CRD deletes every object of it; they go with the cluster.
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(retain_on_delete=True)),
+        )
+        values = dict(chart.values, vpcId=vpc_id)
+        self.release = helm_release(
+            f"{name}-release",
+            HelmChart(chart.chart, chart.version, chart.repo, chart.namespace, values, chart.skip_crds),
+            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[crds, association])),
+        )
+        self.ready = [crds, association, self.release]
+        self.register_outputs({"release": self.release.name})

@@ -1,0 +1,121 @@
+"""The `endpoint` section: how applications reach the model. An AWS Network Load Balancer (made by the
+AWS Load Balancer Controller) in front of Envoy Gateway, which checks each request's API key and routes
+it to Ray Serve's OpenAI API. Ray Serve LLM checks no key itself, so the gateway is the only door.
+
+API keys are named clients. The stack generates each client's key (a Pulumi secret), unless the
+stack's `apiKeys` secret gives one; adding, rotating or removing a client is a config change and an
+`up`, which rewrites one Kubernetes Secret and restarts nothing.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from config.base import DnsLabel, StrictModel
+
+DEFAULT_CLIENT = "default"
+
+
+class ClientConfig(StrictModel):
+    """One application allowed to call the endpoint, with a key of its own."""
+
+    rotation: int = Field(
+        0,
+        ge=0,
+        description="Bump it to replace this client's generated key at the next `up` (the old key stops "
+        "working once Envoy Gateway reloads the Secret, within seconds). Ignored for a key given in "
+        "`apiKeys`.",
+    )
+
+
+class EndpointConfig(StrictModel):
+    """The OpenAI-compatible endpoint behind a load balancer, with API keys. Off: the model is reachable
+    only through `kubectl port-forward`, as before."""
+
+    enabled: bool = Field(
+        True, description="Put the model behind Envoy Gateway and an NLB, reachable with API keys."
+    )
+    scheme: Literal["internal", "internet-facing"] = Field(
+        "internal",
+        description="`internal`: an NLB in the private subnets, reachable from the VPC and what is peered "
+        "or connected to it. `internet-facing`: an NLB in the public subnets; needs `certificateArn` "
+        "(API keys never cross the internet in clear text) and `sourceRanges`.",
+    )
+    source_ranges: list[IPv4Network] = Field(
+        [],
+        description="Who may connect (the NLB security group's inbound rules, Kubernetes "
+        "`loadBalancerSourceRanges`). Required when internet-facing (write 0.0.0.0/0 to mean everyone). "
+        "Empty for internal: whatever can route into the VPC (peerings, VPN, Transit Gateway) may connect.",
+    )
+    certificate_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$",
+        description="ACM certificate (in the stack's region) the NLB terminates TLS with, on port 443. "
+        "Without it the endpoint speaks plain HTTP on port 80, which only `internal` allows.",
+    )
+    hostname: str | None = Field(
+        None,
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$",
+        description="The DNS name clients use, one the certificate covers; point it (CNAME or Route 53 "
+        "alias) at the NLB's name, output `loadBalancerHostname`. Required with `certificateArn`: the "
+        "NLB's own name never matches a certificate.",
+    )
+    clients: dict[DnsLabel, ClientConfig] = Field(
+        {DEFAULT_CLIENT: ClientConfig()},  # type: ignore[call-arg]
+        min_length=1,
+        description="The applications that may call the endpoint, each with its own key (output `apiKeys`, "
+        "a secret). Removing a client revokes its key.",
+    )
+    request_timeout_seconds: int = Field(
+        900,
+        ge=0,
+        description="Longest a request may take, streamed completions included, before the gateway cuts "
+        "it (Envoy's default is 15 s, which cuts long generations); 0: no limit.",
+    )
+    idle_timeout_seconds: int = Field(
+        300,
+        ge=10,
+        description="Longest a connection or a stream may go without a byte before the gateway closes it "
+        "(a streamed completion sends a chunk per token, so only a stalled engine hits it).",
+    )
+    gateway_replicas: int = Field(
+        1,
+        ge=1,
+        le=10,
+        description="Envoy proxy pods on the system nodes; 2 or more keep the endpoint up while one is "
+        "replaced.",
+    )
+
+    @property
+    def tls(self) -> bool:
+        return self.certificate_arn is not None
+
+    @property
+    def port(self) -> int:
+        """The port clients connect to: 443 with TLS, else 80."""
+        return 443 if self.tls else 80
+
+    @model_validator(mode="after")
+    def _reachable_safely(self) -> EndpointConfig:
+        if not self.enabled:
+            return self
+        if self.scheme == "internet-facing" and not self.tls:
+            raise ValueError(
+                "certificateArn is required when scheme is internet-facing: without TLS the API keys "
+                "would cross the internet in clear text (or use scheme internal)"
+            )
+        if self.scheme == "internet-facing" and not self.source_ranges:
+            raise ValueError(
+                "sourceRanges is required when scheme is internet-facing: list who may connect (e.g. "
+                "your offices' egress ranges), or 0.0.0.0/0 for everyone"
+            )
+        if self.tls and not self.hostname:
+            raise ValueError(
+                "hostname is required with certificateArn: clients must connect by a name the "
+                "certificate covers, which the NLB's own name never is"
+            )
+        return self

@@ -1,0 +1,503 @@
+"""The endpoint as typed data: Envoy Gateway's chart, the Gateway API objects, Envoy Gateway's policies
+and the load balancer Service, built from the settings in one place (`build_endpoint`).
+
+The request path: client -> NLB (TLS on 443 with an ACM certificate, or plain HTTP on 80 inside the VPC)
+-> Envoy (API key check, timeouts) -> `<name>-serve-svc:8000` (Ray Serve's OpenAI API). What was read
+upstream and decided here (Envoy Gateway v1.9.0, AWS Load Balancer Controller v3.5.0):
+
+- API keys: a `SecurityPolicy` with `apiKeyAuth` on the HTTPRoute, keys from one Secret whose data keys
+  are the client names. Envoy's api_key_auth filter strips a leading `Bearer ` from a header, so OpenAI
+  clients' `Authorization: Bearer <key>` works with the bare key stored; `x-api-key` is accepted too
+  (the Kubernetes API server's service proxy, which `ops verify` can use, drops `Authorization`). The
+  key header is removed before the request reaches Ray (`sanitize`). No key, or a wrong one: 401.
+- Timeouts: Envoy's default route timeout is 15 s, which cuts a long streamed completion. The route's
+  `timeouts.request` is the configured limit (`0s`: none), the client side's stream idle timeout the
+  configured idle limit, and Envoy drops upstream connections after 60 s idle, before Ray Serve's own
+  90 s keep-alive closes them under it (which would fail the next request with a reset).
+- The load balancer Service is ours, not Envoy Gateway's: Envoy Gateway's own Service stays ClusterIP.
+  Envoy Gateway deletes its Services asynchronously when a Gateway goes, so `pulumi destroy` would not
+  wait for the NLB to go and could remove the controller first, orphaning the NLB, its ENIs and
+  security groups (which block deleting the VPC). Ours is deleted by Pulumi, which waits until the
+  controller's finalizer has removed the NLB, and only then removes the controller.
+- Only `/v1` is routed: Ray Serve's `/-/routes` and `/-/healthz` stay inside the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from config import Settings, versions
+from manifests.charts import HelmChart
+from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
+from manifests.load_balancer import LOAD_BALANCER_CLASS
+from manifests.rayservice import serve_service_name
+from planning.nodes import SYSTEM_NODE_LABELS
+from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
+
+GATEWAY_NAMESPACE = "envoy-gateway-system"
+"""Envoy Gateway's controller, and the Envoy proxies it runs for every Gateway (its default)."""
+GATEWAY_CLASS = "envoy"
+GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
+GATEWAY_API = "gateway.networking.k8s.io"
+ENVOY_GATEWAY_API = "gateway.envoyproxy.io"
+LISTENER = "http"
+LISTENER_PORT = 80
+ENVOY_CONTAINER_PORT = 10080
+"""Envoy Gateway maps listener ports below 1024 to port + 10000 inside the proxy (translator.go)."""
+ENVOY_READINESS_PORT = 19003
+"""Envoy's readiness listener (`/ready`), which the NLB health-checks: a draining proxy leaves first."""
+SERVE_PORT = 8000
+API_PATH = "/v1"
+KEY_HEADERS = ["authorization", "x-api-key"]
+UPSTREAM_IDLE_TIMEOUT = "60s"
+"""Below Ray Serve's keep-alive (DEFAULT_UVICORN_KEEP_ALIVE_TIMEOUT_S = 90 in Ray 2.58)."""
+READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
+"""Pods in a namespace labelled so get a readiness gate from the load balancer controller: a new Envoy
+pod counts as ready only once the NLB sends it traffic, so a rollout never leaves no healthy target."""
+
+
+class LocalRef(K8sModel):
+    group: str
+    kind: str
+    name: str
+
+
+class ParentRef(K8sModel):
+    name: str
+    section_name: str | None = None
+
+
+class PathMatch(K8sModel):
+    type: Literal["PathPrefix", "Exact"]
+    value: str
+
+
+class RouteMatch(K8sModel):
+    path: PathMatch
+
+
+class BackendRef(K8sModel):
+    name: str
+    port: int = Field(gt=0, lt=65536)
+
+
+class RouteTimeouts(K8sModel):
+    request: str
+
+
+class RouteRule(K8sModel):
+    matches: list[RouteMatch]
+    backend_refs: list[BackendRef]
+    timeouts: RouteTimeouts
+
+
+class HTTPRouteSpec(K8sModel):
+    parent_refs: list[ParentRef]
+    rules: list[RouteRule]
+
+
+class ObjectMeta(K8sModel):
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class HTTPRoute(Manifest):
+    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+    kind: Literal["HTTPRoute"] = "HTTPRoute"
+    metadata: ObjectMeta
+    spec: HTTPRouteSpec
+
+
+class Listener(K8sModel):
+    name: str
+    protocol: Literal["HTTP"]
+    port: int
+
+
+class GatewayInfrastructure(K8sModel):
+    parameters_ref: LocalRef
+
+
+class GatewaySpec(K8sModel):
+    gateway_class_name: str
+    listeners: list[Listener]
+    infrastructure: GatewayInfrastructure
+
+
+class Gateway(Manifest):
+    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+    kind: Literal["Gateway"] = "Gateway"
+    metadata: ObjectMeta
+    spec: GatewaySpec
+
+
+class GatewayClassSpec(K8sModel):
+    controller_name: str
+
+
+class GatewayClass(Manifest):
+    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+    kind: Literal["GatewayClass"] = "GatewayClass"
+    metadata: ObjectMeta
+    spec: GatewayClassSpec
+
+
+class Resources(K8sModel):
+    requests: dict[str, str]
+    limits: dict[str, str]
+
+
+class EnvoyContainer(K8sModel):
+    resources: Resources
+
+
+class EnvoyPod(K8sModel):
+    node_selector: dict[str, str]
+
+
+class EnvoyDeployment(K8sModel):
+    replicas: int = Field(ge=1)
+    pod: EnvoyPod
+    container: EnvoyContainer
+
+
+class EnvoyService(K8sModel):
+    type: Literal["ClusterIP"]
+
+
+class KubernetesProvider(K8sModel):
+    envoy_deployment: EnvoyDeployment
+    envoy_service: EnvoyService
+
+
+class EnvoyProxyProvider(K8sModel):
+    type: Literal["Kubernetes"] = "Kubernetes"
+    kubernetes: KubernetesProvider
+
+
+class EnvoyProxySpec(K8sModel):
+    provider: EnvoyProxyProvider
+
+
+class EnvoyProxy(Manifest):
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    kind: Literal["EnvoyProxy"] = "EnvoyProxy"
+    metadata: ObjectMeta
+    spec: EnvoyProxySpec
+
+
+class SecretRef(K8sModel):
+    name: str
+
+
+class ExtractFrom(K8sModel):
+    headers: list[str]
+
+
+class ApiKeyAuth(K8sModel):
+    credential_refs: list[SecretRef]
+    extract_from: list[ExtractFrom]
+    sanitize: bool
+
+
+class SecurityPolicySpec(K8sModel):
+    target_refs: list[LocalRef]
+    api_key_auth: ApiKeyAuth
+
+
+class SecurityPolicy(Manifest):
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    kind: Literal["SecurityPolicy"] = "SecurityPolicy"
+    metadata: ObjectMeta
+    spec: SecurityPolicySpec
+
+
+class ClientHttpTimeouts(K8sModel):
+    idle_timeout: str
+    stream_idle_timeout: str
+
+
+class ClientTimeouts(K8sModel):
+    http: ClientHttpTimeouts
+
+
+class ClientTrafficPolicySpec(K8sModel):
+    target_refs: list[LocalRef]
+    timeout: ClientTimeouts
+
+
+class ClientTrafficPolicy(Manifest):
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    kind: Literal["ClientTrafficPolicy"] = "ClientTrafficPolicy"
+    metadata: ObjectMeta
+    spec: ClientTrafficPolicySpec
+
+
+class BackendHttpTimeouts(K8sModel):
+    connection_idle_timeout: str
+
+
+class BackendTimeouts(K8sModel):
+    http: BackendHttpTimeouts
+
+
+class BackendTrafficPolicySpec(K8sModel):
+    target_refs: list[LocalRef]
+    timeout: BackendTimeouts
+
+
+class BackendTrafficPolicy(Manifest):
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    kind: Literal["BackendTrafficPolicy"] = "BackendTrafficPolicy"
+    metadata: ObjectMeta
+    spec: BackendTrafficPolicySpec
+
+
+class ServicePort(K8sModel):
+    name: str
+    protocol: Literal["TCP"] = "TCP"
+    port: int
+    target_port: int
+
+
+class LoadBalancerServiceSpec(K8sModel):
+    type: Literal["LoadBalancer"] = "LoadBalancer"
+    load_balancer_class: str
+    selector: dict[str, str]
+    ports: list[ServicePort]
+    load_balancer_source_ranges: list[str] | None = None
+
+
+class LoadBalancerService(Manifest):
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Service"] = "Service"
+    metadata: ObjectMeta
+    spec: LoadBalancerServiceSpec
+
+
+@dataclass(frozen=True)
+class EndpointManifests:
+    """Everything the endpoint applies, in the order it must exist. The API keys' Secret is not here:
+    only the Pulumi program holds the keys (`api_keys_secret` names it)."""
+
+    gateway_namespace: dict[str, Any]
+    gateway_class: GatewayClass
+    envoy_proxy: EnvoyProxy
+    gateway: Gateway
+    route: HTTPRoute
+    security_policy: SecurityPolicy
+    client_traffic_policy: ClientTrafficPolicy
+    backend_traffic_policy: BackendTrafficPolicy
+    load_balancer: LoadBalancerService
+    api_keys_secret: str
+    """Secret in the serving namespace: one data key per client, its API key as the value."""
+    clients: tuple[str, ...]
+
+    def custom_resources(self) -> list[Manifest]:
+        """The Gateway API and Envoy Gateway objects, in dependency order."""
+        return [
+            self.gateway_class,
+            self.envoy_proxy,
+            self.gateway,
+            self.route,
+            self.security_policy,
+            self.client_traffic_policy,
+            self.backend_traffic_policy,
+        ]
+
+
+def envoy_gateway_chart() -> HelmChart:
+    """Envoy Gateway's controller on the system nodes. Its CRDs come from the stack (`envoy_gateway_crds`):
+    the chart keeps them in a subchart's crds/, which Helm installs once and never upgrades."""
+    controller = ENVOY_GATEWAY_CONTROLLER
+    return HelmChart(
+        chart="gateway-helm",
+        version=versions.ENVOY_GATEWAY_CHART_VERSION,
+        repo=versions.ENVOY_GATEWAY_CHART_REPO,
+        namespace=GATEWAY_NAMESPACE,
+        values={
+            "crds": {"enabled": False},
+            "deployment": {
+                "pod": {"nodeSelector": dict(SYSTEM_NODE_LABELS)},
+                "envoyGateway": {
+                    "resources": {
+                        "requests": {"cpu": controller.cpu, "memory": controller.memory},
+                        "limits": {"memory": "1024Mi"},
+                    }
+                },
+            },
+            "certgen": {"job": {"nodeSelector": dict(SYSTEM_NODE_LABELS)}},
+        },
+        skip_crds=True,
+    )
+
+
+def envoy_gateway_crds() -> list[str]:
+    """The Gateway API CRDs (v1.6.1, experimental channel, as the chart bundles them) and Envoy Gateway's
+    own, from the release tag."""
+    return [versions.envoy_gateway_crd_url(name) for name in versions.ENVOY_GATEWAY_CRDS]
+
+
+def gateway_namespace() -> dict[str, Any]:
+    """Envoy needs no privileges: baseline enforced, restricted audited; and the readiness gate."""
+    return namespace(GATEWAY_NAMESPACE, {**pod_security_labels("baseline"), READINESS_GATE_LABEL: "enabled"})
+
+
+def _seconds(value: int) -> str:
+    return f"{value}s"
+
+
+def proxy_selector(gateway_name: str, gateway_namespace_: str) -> dict[str, str]:
+    """The labels Envoy Gateway puts on a Gateway's proxy pods (internal/infrastructure/kubernetes/proxy/
+    resource.go and gatewayapi/helpers.go at v1.9.0)."""
+    return {
+        "app.kubernetes.io/name": "envoy",
+        "app.kubernetes.io/component": "proxy",
+        "app.kubernetes.io/managed-by": "envoy-gateway",
+        "gateway.envoyproxy.io/owning-gateway-name": gateway_name,
+        "gateway.envoyproxy.io/owning-gateway-namespace": gateway_namespace_,
+    }
+
+
+def load_balancer_annotations(settings: Settings) -> dict[str, str]:
+    """How the load balancer controller builds the NLB (docs/guide/service/annotations.md, v3.5.0)."""
+    endpoint = settings.endpoint
+    prefix = "service.beta.kubernetes.io/aws-load-balancer"
+    annotations = {
+        f"{prefix}-scheme": endpoint.scheme,
+        # With loadBalancerClass set the controller defaults to instance targets; the pods' own IPs
+        # skip the node hop and need no NodePort.
+        f"{prefix}-nlb-target-type": "ip",
+        f"{prefix}-healthcheck-protocol": "http",
+        f"{prefix}-healthcheck-port": str(ENVOY_READINESS_PORT),
+        f"{prefix}-healthcheck-path": "/ready",
+        f"{prefix}-attributes": "load_balancing.cross_zone.enabled=true",
+    }
+    if endpoint.certificate_arn:
+        annotations |= {
+            f"{prefix}-ssl-cert": endpoint.certificate_arn,
+            f"{prefix}-ssl-ports": str(endpoint.port),
+            f"{prefix}-ssl-negotiation-policy": "ELBSecurityPolicy-TLS13-1-2-2021-06",
+        }
+    return annotations
+
+
+def build_endpoint(settings: Settings) -> EndpointManifests | None:
+    """None when `endpoint.enabled` is false."""
+    endpoint = settings.endpoint
+    if not endpoint.enabled:
+        return None
+    name, serving_namespace = settings.serving.name, settings.serving.namespace
+
+    def meta(object_name: str, object_namespace: str | None = serving_namespace) -> ObjectMeta:
+        return ObjectMeta(name=object_name, namespace=object_namespace)
+
+    route_ref = LocalRef(group=GATEWAY_API, kind="HTTPRoute", name=name)
+    gateway_ref = LocalRef(group=GATEWAY_API, kind="Gateway", name=name)
+    proxy_name = f"{name}-proxy"
+    envoy_requests = Resources(
+        requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
+    )
+    return EndpointManifests(
+        gateway_namespace=gateway_namespace(),
+        gateway_class=GatewayClass(
+            metadata=meta(GATEWAY_CLASS, None), spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER)
+        ),
+        envoy_proxy=EnvoyProxy(
+            metadata=meta(proxy_name),
+            spec=EnvoyProxySpec(
+                provider=EnvoyProxyProvider(
+                    kubernetes=KubernetesProvider(
+                        envoy_deployment=EnvoyDeployment(
+                            replicas=endpoint.gateway_replicas,
+                            pod=EnvoyPod(node_selector=dict(SYSTEM_NODE_LABELS)),
+                            container=EnvoyContainer(resources=envoy_requests),
+                        ),
+                        envoy_service=EnvoyService(type="ClusterIP"),
+                    )
+                )
+            ),
+        ),
+        gateway=Gateway(
+            metadata=meta(name),
+            spec=GatewaySpec(
+                gateway_class_name=GATEWAY_CLASS,
+                listeners=[Listener(name=LISTENER, protocol="HTTP", port=LISTENER_PORT)],
+                infrastructure=GatewayInfrastructure(
+                    parameters_ref=LocalRef(group=ENVOY_GATEWAY_API, kind="EnvoyProxy", name=proxy_name)
+                ),
+            ),
+        ),
+        route=HTTPRoute(
+            metadata=meta(name),
+            spec=HTTPRouteSpec(
+                parent_refs=[ParentRef(name=name, section_name=LISTENER)],
+                rules=[
+                    RouteRule(
+                        matches=[RouteMatch(path=PathMatch(type="PathPrefix", value=API_PATH))],
+                        backend_refs=[BackendRef(name=serve_service_name(name), port=SERVE_PORT)],
+                        timeouts=RouteTimeouts(request=_seconds(endpoint.request_timeout_seconds)),
+                    )
+                ],
+            ),
+        ),
+        security_policy=SecurityPolicy(
+            metadata=meta(f"{name}-api-keys"),
+            spec=SecurityPolicySpec(
+                target_refs=[route_ref],
+                api_key_auth=ApiKeyAuth(
+                    credential_refs=[SecretRef(name=f"{name}-api-keys")],
+                    extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
+                    sanitize=True,
+                ),
+            ),
+        ),
+        client_traffic_policy=ClientTrafficPolicy(
+            metadata=meta(f"{name}-client"),
+            spec=ClientTrafficPolicySpec(
+                target_refs=[gateway_ref],
+                timeout=ClientTimeouts(
+                    http=ClientHttpTimeouts(
+                        idle_timeout=_seconds(endpoint.idle_timeout_seconds),
+                        stream_idle_timeout=_seconds(endpoint.idle_timeout_seconds),
+                    )
+                ),
+            ),
+        ),
+        backend_traffic_policy=BackendTrafficPolicy(
+            metadata=meta(f"{name}-upstream"),
+            spec=BackendTrafficPolicySpec(
+                target_refs=[route_ref],
+                timeout=BackendTimeouts(
+                    http=BackendHttpTimeouts(connection_idle_timeout=UPSTREAM_IDLE_TIMEOUT)
+                ),
+            ),
+        ),
+        load_balancer=LoadBalancerService(
+            metadata=ObjectMeta(
+                name=f"{name}-gateway",
+                namespace=GATEWAY_NAMESPACE,
+                annotations=load_balancer_annotations(settings),
+            ),
+            spec=LoadBalancerServiceSpec(
+                # Explicit: the API server refuses to change it once set, and nothing else sets it.
+                load_balancer_class=LOAD_BALANCER_CLASS,
+                selector=proxy_selector(name, serving_namespace),
+                ports=[
+                    ServicePort(
+                        name="https" if endpoint.tls else "http",
+                        port=endpoint.port,
+                        target_port=ENVOY_CONTAINER_PORT,
+                    )
+                ],
+                load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or None,
+            ),
+        ),
+        api_keys_secret=f"{name}-api-keys",
+        clients=tuple(sorted(endpoint.clients)),
+    )

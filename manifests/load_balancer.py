@@ -1,0 +1,250 @@
+"""The AWS Load Balancer Controller as data: its Helm chart values and its IAM policy.
+
+The controller turns the gateway's `LoadBalancer` Service into a Network Load Balancer with IP targets
+(the Envoy pods' own addresses). It runs on the system nodes with its own EKS Pod Identity role; with
+`region` and `vpcId` given it never asks the instance metadata service.
+
+Two chart defaults are changed on purpose (both read in the chart and controller source at v3.5.0):
+
+- `enableServiceMutatorWebhook: false`. The chart's Service webhook has `failurePolicy: Fail` and
+  matches every Service CREATE in the cluster, so while no controller pod is ready, no Service could be
+  created anywhere (KubeRay's serve Service included). It only fills in `loadBalancerClass`, which our
+  Service sets itself: the API server refuses to change that field once set.
+- `replicaCount: 1` on one system node, else the chart's 2 (leader election keeps one active), and
+  requests that planning/system_pods.py counts against the system node.
+
+The policy is upstream's `docs/install/iam_policy.json` at the chart's app version, statement for
+statement, with one narrowing the controller's installation guide recommends: security-group ingress
+rules may be changed only in this stack's VPC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config import Settings, versions
+from manifests.charts import HelmChart
+from planning.nodes import SYSTEM_NODE_LABELS
+from planning.system_pods import LOAD_BALANCER_CONTROLLER, load_balancer_controller_replicas
+
+CONTROLLER_NAMESPACE = "kube-system"
+CONTROLLER_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+LOAD_BALANCER_CLASS = "service.k8s.aws/nlb"
+"""The controller's default class (pkg/config/service_config.go): Services of this class are its NLBs."""
+CLUSTER_TAG = "elbv2.k8s.aws/cluster"
+"""The controller tags what it creates with the cluster's name; most of its write access depends on it."""
+
+
+def load_balancer_controller(settings: Settings, *, cluster_name: str) -> HelmChart:
+    """The chart's values but `vpcId`, which the component adds once the VPC exists."""
+    requests = LOAD_BALANCER_CONTROLLER
+    return HelmChart(
+        chart="aws-load-balancer-controller",
+        version=versions.AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION,
+        repo=versions.AWS_LOAD_BALANCER_CONTROLLER_CHART_REPO,
+        namespace=CONTROLLER_NAMESPACE,
+        values={
+            "clusterName": cluster_name,
+            "region": settings.region,
+            "replicaCount": load_balancer_controller_replicas(settings),
+            "serviceAccount": {"create": True, "name": CONTROLLER_SERVICE_ACCOUNT},
+            "nodeSelector": dict(SYSTEM_NODE_LABELS),
+            "enableServiceMutatorWebhook": False,
+            "resources": {
+                "requests": {"cpu": requests.cpu, "memory": requests.memory},
+                "limits": {"memory": "256Mi"},
+            },
+        },
+        skip_crds=True,
+    )
+
+
+def load_balancer_controller_crds() -> list[str]:
+    """The chart's CRDs at its version, which the stack applies itself (Helm never upgrades them)."""
+    version = versions.AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+    return [
+        versions.aws_load_balancer_controller_crd_url(version, name)
+        for name in versions.AWS_LOAD_BALANCER_CONTROLLER_CRDS
+    ]
+
+
+def _statement(actions: list[str], resources: list[str] | str = "*", **condition: Any) -> dict[str, Any]:
+    statement: dict[str, Any] = {"Effect": "Allow", "Action": actions, "Resource": resources}
+    if condition:
+        statement["Condition"] = condition
+    return statement
+
+
+def controller_policy(partition: str, vpc_arn: str) -> dict[str, Any]:
+    """The controller's IAM policy (upstream iam_policy.json v3.5.0), ARNs in `partition`; ingress rule
+    changes on untagged security groups limited to the VPC `vpc_arn`."""
+    ec2 = f"arn:{partition}:ec2:*:*"
+    elb = f"arn:{partition}:elasticloadbalancing:*:*"
+    tagged_by_us = {f"aws:ResourceTag/{CLUSTER_TAG}": "false"}
+    request_tagged = {f"aws:RequestTag/{CLUSTER_TAG}": "false"}
+    retag = {f"aws:RequestTag/{CLUSTER_TAG}": "true", f"aws:ResourceTag/{CLUSTER_TAG}": "false"}
+    load_balancers_and_groups = [
+        f"{elb}:targetgroup/*/*",
+        f"{elb}:loadbalancer/net/*/*",
+        f"{elb}:loadbalancer/app/*/*",
+    ]
+    describe = [
+        *(
+            f"ec2:{action}"
+            for action in (
+                "DescribeAccountAttributes",
+                "DescribeAddresses",
+                "DescribeAvailabilityZones",
+                "DescribeInternetGateways",
+                "DescribeVpcs",
+                "DescribeVpcPeeringConnections",
+                "DescribeSubnets",
+                "DescribeSecurityGroups",
+                "DescribeInstances",
+                "DescribeNetworkInterfaces",
+                "DescribeTags",
+                "GetCoipPoolUsage",
+                "DescribeCoipPools",
+                "GetSecurityGroupsForVpc",
+                "DescribeIpamPools",
+                "DescribeRouteTables",
+            )
+        ),
+        *(
+            f"elasticloadbalancing:{action}"
+            for action in (
+                "DescribeLoadBalancers",
+                "DescribeLoadBalancerAttributes",
+                "DescribeListeners",
+                "DescribeListenerCertificates",
+                "DescribeSSLPolicies",
+                "DescribeRules",
+                "DescribeTargetGroups",
+                "DescribeTargetGroupAttributes",
+                "DescribeTargetHealth",
+                "DescribeTags",
+                "DescribeTrustStores",
+                "DescribeListenerAttributes",
+                "DescribeCapacityReservation",
+            )
+        ),
+    ]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            _statement(
+                ["iam:CreateServiceLinkedRole"],
+                StringEquals={"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"},
+            ),
+            _statement(describe),
+            _statement(
+                [
+                    "cognito-idp:DescribeUserPoolClient",
+                    "acm:ListCertificates",
+                    "acm:DescribeCertificate",
+                    "iam:ListServerCertificates",
+                    "iam:GetServerCertificate",
+                    "waf-regional:GetWebACL",
+                    "waf-regional:GetWebACLForResource",
+                    "waf-regional:AssociateWebACL",
+                    "waf-regional:DisassociateWebACL",
+                    "wafv2:GetWebACL",
+                    "wafv2:GetWebACLForResource",
+                    "wafv2:AssociateWebACL",
+                    "wafv2:DisassociateWebACL",
+                    "shield:GetSubscriptionState",
+                    "shield:DescribeProtection",
+                    "shield:CreateProtection",
+                    "shield:DeleteProtection",
+                ]
+            ),
+            # Upstream allows this on any security group; its installation guide suggests the VPC.
+            _statement(
+                ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
+                ArnEquals={"ec2:Vpc": vpc_arn},
+            ),
+            _statement(["ec2:CreateSecurityGroup"]),
+            _statement(
+                ["ec2:CreateTags"],
+                f"{ec2}:security-group/*",
+                StringEquals={"ec2:CreateAction": "CreateSecurityGroup"},
+                Null=request_tagged,
+            ),
+            _statement(["ec2:CreateTags", "ec2:DeleteTags"], f"{ec2}:security-group/*", Null=retag),
+            _statement(
+                [
+                    "ec2:AuthorizeSecurityGroupIngress",
+                    "ec2:RevokeSecurityGroupIngress",
+                    "ec2:DeleteSecurityGroup",
+                ],
+                Null=tagged_by_us,
+            ),
+            _statement(
+                ["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"],
+                Null=request_tagged,
+            ),
+            _statement(
+                [
+                    "elasticloadbalancing:CreateListener",
+                    "elasticloadbalancing:DeleteListener",
+                    "elasticloadbalancing:CreateRule",
+                    "elasticloadbalancing:DeleteRule",
+                ]
+            ),
+            _statement(
+                ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
+                load_balancers_and_groups,
+                Null=retag,
+            ),
+            _statement(
+                ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
+                [
+                    f"{elb}:listener/net/*/*/*",
+                    f"{elb}:listener/app/*/*/*",
+                    f"{elb}:listener-rule/net/*/*/*",
+                    f"{elb}:listener-rule/app/*/*/*",
+                ],
+            ),
+            _statement(
+                [
+                    f"elasticloadbalancing:{action}"
+                    for action in (
+                        "ModifyLoadBalancerAttributes",
+                        "SetIpAddressType",
+                        "SetSecurityGroups",
+                        "SetSubnets",
+                        "DeleteLoadBalancer",
+                        "ModifyTargetGroup",
+                        "ModifyTargetGroupAttributes",
+                        "DeleteTargetGroup",
+                        "ModifyListenerAttributes",
+                        "ModifyCapacityReservation",
+                        "ModifyIpPools",
+                    )
+                ],
+                Null=tagged_by_us,
+            ),
+            _statement(
+                ["elasticloadbalancing:AddTags"],
+                load_balancers_and_groups,
+                StringEquals={
+                    "elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"]
+                },
+                Null=request_tagged,
+            ),
+            _statement(
+                ["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"],
+                f"{elb}:targetgroup/*/*",
+            ),
+            _statement(
+                [
+                    "elasticloadbalancing:SetWebAcl",
+                    "elasticloadbalancing:ModifyListener",
+                    "elasticloadbalancing:AddListenerCertificates",
+                    "elasticloadbalancing:RemoveListenerCertificates",
+                    "elasticloadbalancing:ModifyRule",
+                    "elasticloadbalancing:SetRulePriorities",
+                ]
+            ),
+        ],
+    }
