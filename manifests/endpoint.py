@@ -311,6 +311,16 @@ class EndpointManifests:
         ]
 
 
+def load_balancer_service_name(rayservice_name: str) -> str:
+    """The NLB's Service, in GATEWAY_NAMESPACE."""
+    return f"{rayservice_name}-gateway"
+
+
+def api_keys_name(rayservice_name: str) -> str:
+    """The SecurityPolicy checking the keys, and the keys' Secret, in the serving namespace."""
+    return f"{rayservice_name}-api-keys"
+
+
 def envoy_gateway_chart() -> HelmChart:
     """Envoy Gateway's controller on the system nodes. Its CRDs come from the stack (`envoy_gateway_crds`):
     the chart keeps them in a subchart's crds/, which Helm installs once and never upgrades."""
@@ -447,11 +457,11 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
             ),
         ),
         security_policy=SecurityPolicy(
-            metadata=meta(f"{name}-api-keys"),
+            metadata=meta(api_keys_name(name)),
             spec=SecurityPolicySpec(
                 target_refs=[route_ref],
                 api_key_auth=ApiKeyAuth(
-                    credential_refs=[SecretRef(name=f"{name}-api-keys")],
+                    credential_refs=[SecretRef(name=api_keys_name(name))],
                     extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
                     sanitize=True,
                 ),
@@ -480,7 +490,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
         ),
         load_balancer=LoadBalancerService(
             metadata=ObjectMeta(
-                name=f"{name}-gateway",
+                name=load_balancer_service_name(name),
                 namespace=GATEWAY_NAMESPACE,
                 annotations=load_balancer_annotations(settings),
             ),
@@ -498,6 +508,6 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
                 load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or None,
             ),
         ),
-        api_keys_secret=f"{name}-api-keys",
+        api_keys_secret=api_keys_name(name),
         clients=tuple(sorted(endpoint.clients)),
     )

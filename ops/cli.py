@@ -9,6 +9,7 @@ parameters of `main` so the tests drive the real command line against recorded r
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -16,10 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
 from config.settings import ConfigError, Settings
 from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint
-from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings
+from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings, stack_output
 
 Connect = Callable[[ConnectOptions], KubeApi]
 
@@ -27,6 +29,8 @@ Connect = Callable[[ConnectOptions], KubeApi]
 DEFAULT_NAMESPACE: str = ServingConfig.model_fields["namespace"].default
 DEFAULT_NAME: str = ServingConfig.model_fields["name"].default
 DEFAULT_MODEL: str = ModelConfig.model_fields["id"].default
+API_KEY_ENV = "OPENAI_API_KEY"
+"""Where `verify --base-url` takes the API key from without --stack (what OpenAI clients read too)."""
 
 
 def progress(message: str) -> None:
@@ -67,11 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify",
         help="smoke test after `pulumi up`: models, a streamed chat, NIXL over EFA, GPU/EFA capacity",
-        description="Check that GET /v1/models lists the model, that a streamed chat completion returns "
-        "text (reporting time to first token and tokens/s), that every Ray worker's logs show NIXL's "
-        "LIBFABRIC backend and no UCX, and that every GPU node offers nvidia.com/gpu and "
-        "vpc.amazonaws.com/efa. HTTP goes through the Kubernetes API server's service proxy unless "
-        "--base-url is given. Exits 1 if any check fails.",
+        description="Check that the endpoint's gateway refuses a request without an API key (401), that "
+        "GET /v1/models lists the model, that a streamed chat completion returns text (reporting time to "
+        "first token and tokens/s), that every Ray worker's logs show NIXL's LIBFABRIC backend and no UCX, "
+        "and that every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa. With --stack and the "
+        "endpoint on, HTTP goes to the gateway through the Kubernetes API server's service proxy, with a "
+        "key from the stack's `apiKeys` output; without it, to the serve Service. --base-url calls a URL "
+        f"instead (the key then from --stack, else ${API_KEY_ENV}). Exits 1 if any check fails.",
     )
     for sub in (status, verify):
         where = sub.add_mutually_exclusive_group()
@@ -101,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument(
         "--model", metavar="ID", help=f"model id (default: the stack's, else {DEFAULT_MODEL})"
+    )
+    verify.add_argument(
+        "--client",
+        metavar="NAME",
+        help="whose API key to use, of the stack's endpoint.clients (default: `default`, else the "
+        "first by name)",
     )
     return parser
 
@@ -174,6 +186,42 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
         yield None
 
 
+def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str | None:
+    """The key of `--client` (else of `default`, else of the first client) from the stack's `apiKeys`
+    output; without a stack whose endpoint is on, OPENAI_API_KEY (or none)."""
+    if not (settings and settings.endpoint.enabled):
+        return os.environ.get(API_KEY_ENV) or None
+    progress(f"reading the API keys of stack {args.stack} (pulumi stack output apiKeys)")
+    keys = stack_output(args.stack, args.root, "apiKeys", run)
+    if not isinstance(keys, dict) or not keys:
+        raise OpsError(f"stack {args.stack} has no `apiKeys` output (has `pulumi up` run?)", exit_code=2)
+    client = args.client or (DEFAULT_CLIENT if DEFAULT_CLIENT in keys else sorted(keys)[0])
+    if client not in keys:
+        raise OpsError(f"--client {client}: the stack's clients are {', '.join(sorted(keys))}", exit_code=2)
+    return str(keys[client])
+
+
+def _http_route(
+    args: argparse.Namespace, settings: Settings | None, namespace: str, name: str, key: str | None
+) -> tuple[ServiceEndpoint, dict[str, str], bool]:
+    """Where verify's OpenAI requests go (the Service behind the API server's proxy, unless
+    --base-url), the headers carrying the key, and whether a gateway checks keys on that way."""
+    from manifests.endpoint import GATEWAY_NAMESPACE, load_balancer_service_name
+
+    if args.base_url:
+        return ServiceEndpoint(namespace, _serve_service(name)), _bearer(key), key is not None
+    if settings and settings.endpoint.enabled:
+        assert key is not None
+        gateway = ServiceEndpoint(GATEWAY_NAMESPACE, load_balancer_service_name(name), settings.endpoint.port)
+        # The API server drops `Authorization` after authenticating with it; the route takes x-api-key too.
+        return gateway, {"x-api-key": key}, True
+    return ServiceEndpoint(namespace, _serve_service(name)), {}, False
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def _against_cluster(
     args: argparse.Namespace, connect: Connect, run: Runner, clock: Callable[[], float]
 ) -> int:
@@ -183,17 +231,22 @@ def _against_cluster(
     settings: Settings | None = load_stack_settings(args.root, args.stack) if args.stack else None
     namespace = args.namespace or (settings.serving.namespace if settings else DEFAULT_NAMESPACE)
     name = args.name or (settings.serving.name if settings else DEFAULT_NAME)
-    endpoint = ServiceEndpoint(namespace, _serve_service(name))
-    base_url = getattr(args, "base_url", None)
-    with _kubeconfig(args, run) as kubeconfig:
-        api = connect(ConnectOptions(kubeconfig, endpoint, base_url))
-        if args.command == "status":
+    if args.command == "status":
+        with _kubeconfig(args, run) as kubeconfig:
+            api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(namespace, _serve_service(name))))
             report = collect_status(api, namespace, name, progress)
             print(report.format())
             return 0 if report.rayservice is not None else 1
+    with _kubeconfig(args, run) as kubeconfig:
+        key = _api_key(args, settings, run)
+        endpoint, headers, gateway = _http_route(args, settings, namespace, name, key)
+        api = connect(ConnectOptions(kubeconfig, endpoint, args.base_url, headers))
         model = args.model or (settings.model.id if settings else DEFAULT_MODEL)
-        via = base_url or f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {namespace}"
+        via = args.base_url or (
+            f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"
+        )
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
-        result = verify(api, VerifyTarget(namespace, name, model), clock=clock, progress=progress)
+        target = VerifyTarget(namespace, name, model, gateway=gateway)
+        result = verify(api, target, clock=clock, progress=progress)
         print(result.format())
         return 0 if result.passed else 1

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -54,10 +54,18 @@ class HttpResponse:
     body: str
 
 
+Headers = Mapping[str, str]
+
+
 class KubeApi(Protocol):
-    """What the commands read from a cluster. HTTP paths are relative to the OpenAI API root `/v1`."""
+    """What the commands read from a cluster. HTTP paths are relative to the OpenAI API root `/v1`;
+    `headers` None sends the connection's own (ConnectOptions.headers: the API key), `{}` none."""
 
     def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_object(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A namespaced object (`v1` or `group/version`) as JSON, None when it does not exist."""
+        ...
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
 
@@ -65,17 +73,20 @@ class KubeApi(Protocol):
 
     def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult: ...
 
-    def http_get(self, path: str) -> HttpResponse: ...
+    def http_get(self, path: str, headers: Headers | None = None) -> HttpResponse: ...
 
-    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+    def http_post_stream(
+        self, path: str, body: Mapping[str, Any], headers: Headers | None = None
+    ) -> Iterator[str]:
         """POST a JSON body and yield the response's lines as they arrive (raises OpsError on non-2xx)."""
         ...
 
 
 @dataclass(frozen=True)
 class ServiceEndpoint:
-    """The serve Service KubeRay puts in front of the application, reached through the API server's
-    service proxy, so `verify` needs no port-forward."""
+    """The Service `verify` sends the OpenAI API requests to through the API server's service proxy, so
+    it needs no port-forward: KubeRay's serve Service, or the endpoint's gateway Service (then the API key
+    goes in `x-api-key`: the API server drops an `Authorization` header after authenticating with it)."""
 
     namespace: str
     service: str
@@ -93,6 +104,8 @@ class ConnectOptions:
     kubeconfig: Path | None
     endpoint: ServiceEndpoint
     base_url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Sent with every OpenAI API request: the API key, in the header the route takes."""
 
 
 def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -123,8 +136,8 @@ class DirectHttp:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    def get(self, path: str) -> HttpResponse:
-        request = urllib.request.Request(self.url(path), headers={"Accept": "application/json"})
+    def get(self, path: str, headers: Headers = {}) -> HttpResponse:  # noqa: B006 (never mutated)
+        request = urllib.request.Request(self.url(path), headers={"Accept": "application/json", **headers})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return HttpResponse(response.status, response.read().decode("utf-8", "replace"))
@@ -133,11 +146,16 @@ class DirectHttp:
         except (urllib.error.URLError, OSError) as error:
             raise OpsError(f"cannot reach {self.url(path)}: {getattr(error, 'reason', error)}") from None
 
-    def post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+    def post_stream(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        headers: Headers = {},  # noqa: B006 (never mutated)
+    ) -> Iterator[str]:
         request = urllib.request.Request(
             self.url(path),
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
             method="POST",
         )
         try:
@@ -170,6 +188,7 @@ class KubeClient:
         self._core = client.CoreV1Api(self._api)
         self._custom = client.CustomObjectsApi(self._api)
         self._endpoint = options.endpoint
+        self._headers = dict(options.headers)
         self._direct = DirectHttp(options.base_url) if options.base_url else None
 
     def _errors(self) -> tuple[type[BaseException], ...]:
@@ -218,6 +237,19 @@ class KubeClient:
             if getattr(error, "status", None) == 404:
                 return None
             raise self._failure(f"cannot read RayService {namespace}/{name}", error) from None
+
+    def get_object(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        group, _, version = api_version.rpartition("/")
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            response = self._raw(
+                f"{base}/namespaces/{namespace}/{plural}/{name}", "GET", _request_timeout=API_TIMEOUT_S
+            )
+            return json.loads(response.data)
+        except self._errors() as error:
+            if getattr(error, "status", None) == 404:
+                return None
+            raise self._failure(f"cannot read {plural} {namespace}/{name}", error) from None
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return self._list(
@@ -270,16 +302,17 @@ class KubeClient:
             **kwargs,
         )
 
-    def http_get(self, path: str) -> HttpResponse:
+    def http_get(self, path: str, headers: Headers | None = None) -> HttpResponse:
+        headers = self._headers if headers is None else headers
         if self._direct:
-            return self._direct.get(path)
+            return self._direct.get(path, headers)
         from kubernetes.client.exceptions import ApiException
 
         try:
             response = self._raw(
                 self._endpoint.proxy_path(path),
                 "GET",
-                header_params={"Accept": "application/json"},
+                header_params={"Accept": "application/json", **headers},
                 _request_timeout=API_TIMEOUT_S,
             )
         except ApiException as error:
@@ -291,15 +324,18 @@ class KubeClient:
             raise self._failure(f"GET {path} through the API server", error) from None
         return HttpResponse(response.status, response.data.decode("utf-8", "replace"))
 
-    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+    def http_post_stream(
+        self, path: str, body: Mapping[str, Any], headers: Headers | None = None
+    ) -> Iterator[str]:
+        headers = self._headers if headers is None else headers
         if self._direct:
-            yield from self._direct.post_stream(path, body)
+            yield from self._direct.post_stream(path, body, headers)
             return
         try:
             response = self._raw(
                 self._endpoint.proxy_path(path),
                 "POST",
-                header_params={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                header_params={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
                 body=dict(body),
                 _request_timeout=(CONNECT_TIMEOUT_S, STREAM_TIMEOUT_S),
             )

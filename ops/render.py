@@ -1,6 +1,8 @@
 """`ops render`: the serving layer's Kubernetes objects (Namespace, service accounts, the model copy
-Job, the RayService, the serve readiness check) as multi-document YAML, offline. Offline the AWS
-account is unknown, so the model cache's bucket name shows `<account-id>`.
+Job, the RayService, the serve readiness check) and the endpoint's (Envoy Gateway's namespace, the
+Gateway API objects, the key and timeout policies, the load balancer Service) as multi-document YAML,
+offline. Offline the AWS account is unknown, so the model cache's bucket name shows `<account-id>`.
+The API keys' Secret shows its clients with a placeholder: the keys exist only in Pulumi's state.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -13,6 +15,7 @@ from typing import Any
 import yaml
 
 from config import Settings
+from manifests.endpoint import build_endpoint
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
 from planning import Plan
 
@@ -29,11 +32,13 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 _ManifestDumper.add_representer(str, _str_representer)
 
+KEY_PLACEHOLDER = "<secret: set by pulumi up; `pulumi stack output apiKeys --show-secrets`>"
+
 
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     serving = build_serving(settings, plan)
     jobs = [serving.model_copy] if serving.model_copy else []
-    return [
+    rendered = [
         serving.namespace,
         *serving.service_accounts,
         serving.plugins,
@@ -43,6 +48,22 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         serving.ready_check.config_map,
         serving.ready_check.job.to_dict(),
     ]
+    endpoint = build_endpoint(settings)
+    if endpoint:
+        keys = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": endpoint.api_keys_secret, "namespace": settings.serving.namespace},
+            "type": "Opaque",
+            "stringData": dict.fromkeys(endpoint.clients, KEY_PLACEHOLDER),
+        }
+        rendered += [
+            endpoint.gateway_namespace,
+            keys,
+            *(m.to_dict() for m in endpoint.custom_resources()),
+            endpoint.load_balancer.to_dict(),
+        ]
+    return rendered
 
 
 def render_manifests(settings: Settings, plan: Plan) -> str:

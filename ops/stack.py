@@ -58,17 +58,16 @@ def load_stack_settings(root: Path, stack: str) -> Settings:
     return load_settings(load_stack_config(root, stack))
 
 
-@contextmanager
-def kubeconfig_from_stack(stack: str, root: Path, run: Runner = subprocess.run) -> Iterator[Path]:
-    """Write the stack's `kubeconfig` output to a 0600 temporary file for the duration of the block."""
-    command = ["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", stack]
+def stack_output(stack: str, root: Path, name: str, run: Runner = subprocess.run) -> Any:
+    """One output of the deployed stack, secrets shown (`pulumi stack output NAME --show-secrets --json`)."""
+    command = ["pulumi", "stack", "output", name, "--show-secrets", "--json", "--stack", stack]
     shown = " ".join(command)
     try:
         result = run(command, cwd=root, capture_output=True, text=True, timeout=120, check=False)
     except FileNotFoundError:
         raise OpsError(
-            "the pulumi CLI is not installed (or not on PATH), so the kubeconfig cannot be read from "
-            f"stack {stack}; install it, or pass --kubeconfig FILE",
+            f"the pulumi CLI is not installed (or not on PATH), so output {name} cannot be read from stack "
+            f"{stack}; install it, or pass what it gives by hand (see --help)",
             exit_code=2,
         ) from None
     except subprocess.TimeoutExpired:
@@ -77,11 +76,18 @@ def kubeconfig_from_stack(stack: str, root: Path, run: Runner = subprocess.run) 
         detail = (result.stderr or result.stdout or "").strip() or "no output"
         raise OpsError(f"`{shown}` failed (exit {result.returncode}): {detail}", exit_code=2)
     try:
-        parsed = json.loads(result.stdout)
-        if isinstance(parsed, str):  # the string output as `--json` would print it: JSON inside JSON
-            parsed = json.loads(parsed)
+        value = json.loads(result.stdout)
+        if isinstance(value, str) and value.lstrip().startswith("{"):  # an object kept as a JSON string
+            value = json.loads(value)
     except json.JSONDecodeError:
-        parsed = None
+        raise OpsError(f"`{shown}` did not print JSON: {result.stdout[:200]!r}", exit_code=2) from None
+    return value
+
+
+@contextmanager
+def kubeconfig_from_stack(stack: str, root: Path, run: Runner = subprocess.run) -> Iterator[Path]:
+    """Write the stack's `kubeconfig` output to a 0600 temporary file for the duration of the block."""
+    parsed = stack_output(stack, root, "kubeconfig", run)
     if not isinstance(parsed, dict) or "clusters" not in parsed:
         raise OpsError(
             f"the `kubeconfig` output of stack {stack} is not a JSON kubeconfig (has `pulumi up` run?)",

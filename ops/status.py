@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi
 from planning import nodes
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
@@ -80,6 +81,48 @@ class GpuNodeInfo:
 
 
 @dataclass(frozen=True)
+class ObjectConditions:
+    kind: str
+    namespace: str
+    name: str
+    conditions: tuple[Condition, ...]
+    """The controller's conditions (for a route or policy: those of its first parent)."""
+
+    def format(self) -> str:
+        shown = ", ".join(
+            f"{c.type} {c.status}" + (f" ({c.reason}: {c.message})" if c.status != "True" else "")
+            for c in self.conditions
+        )
+        return f"{self.kind} {self.namespace}/{self.name}: {shown or 'no status yet'}"
+
+
+@dataclass(frozen=True)
+class EndpointStatus:
+    """The endpoint's gateway objects and its load balancer, as their controllers report them."""
+
+    objects: tuple[ObjectConditions, ...]
+    load_balancer: str
+    load_balancer_hostname: str | None
+    scheme: str
+    port: int | None
+
+    def format(self) -> list[str]:
+        lines = ["Endpoint (Envoy Gateway, NLB)"]
+        lines += [f"  {o.format()}" for o in self.objects]
+        where = f"  load balancer {self.load_balancer}: "
+        if self.load_balancer_hostname:
+            lines.append(f"{where}{self.load_balancer_hostname} ({self.scheme}, port {self.port})")
+        elif self.port is None:
+            lines.append(f"{where}not found")
+        else:
+            lines.append(
+                f"{where}no address yet (is the AWS Load Balancer Controller running? kubectl -n "
+                "kube-system logs deploy/aws-load-balancer-controller)"
+            )
+        return lines
+
+
+@dataclass(frozen=True)
 class StatusReport:
     namespace: str
     name: str
@@ -87,6 +130,8 @@ class StatusReport:
     """None when the RayService does not exist."""
     pods: tuple[PodInfo, ...]
     gpu_nodes: tuple[GpuNodeInfo, ...]
+    endpoint: EndpointStatus | None = None
+    """None when the RayService has no Gateway (the endpoint is off)."""
 
     def format(self) -> str:
         lines = [f"RayService {self.namespace}/{self.name}"]
@@ -137,6 +182,13 @@ class StatusReport:
                 ("NODE", "INSTANCE", "ZONE", GPU_RESOURCE, EFA_RESOURCE),
                 [(n.name, n.instance_type, n.zone, str(n.gpus), str(n.efa)) for n in self.gpu_nodes],
             )
+        lines.append("")
+        if self.endpoint:
+            lines += self.endpoint.format()
+        else:
+            lines.append(
+                f"Endpoint: no Gateway {self.namespace}/{self.name} (endpoint off: use kubectl port-forward)"
+            )
         return "\n".join(lines)
 
 
@@ -147,13 +199,62 @@ def collect_status(api: KubeApi, namespace: str, name: str, progress: Progress =
     pods = api.list_pods(namespace, RAY_NODE_TYPE_LABEL)
     progress(f"listing GPU nodes ({GPU_NODE_SELECTOR})")
     nodes = api.list_nodes(GPU_NODE_SELECTOR)
+    progress(f"reading the endpoint's Gateway {namespace}/{name}")
+    endpoint = collect_endpoint(api, namespace, name)
     return StatusReport(
+        endpoint=endpoint,
         namespace=namespace,
         name=name,
         rayservice=parse_rayservice(rayservice) if rayservice is not None else None,
         pods=tuple(parse_pod(p) for p in sorted(pods, key=_pod_order)),
         gpu_nodes=tuple(parse_gpu_node(n) for n in sorted(nodes, key=lambda n: n["metadata"]["name"])),
     )
+
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
+
+
+def collect_endpoint(api: KubeApi, namespace: str, name: str) -> EndpointStatus | None:
+    gateway = api.get_object(GATEWAY_API, "gateways", namespace, name)
+    if gateway is None:
+        return None
+    policy_name = api_keys_name(name)
+    route = api.get_object(GATEWAY_API, "httproutes", namespace, name)
+    policy = api.get_object(ENVOY_GATEWAY_API, "securitypolicies", namespace, policy_name)
+    service_name = load_balancer_service_name(name)
+    service = api.get_object("v1", "services", GATEWAY_NAMESPACE, service_name) or {}
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    annotations = (service.get("metadata") or {}).get("annotations") or {}
+    ports = (service.get("spec") or {}).get("ports") or []
+    return EndpointStatus(
+        objects=(
+            _object_conditions("Gateway", namespace, name, (gateway.get("status") or {}).get("conditions")),
+            _object_conditions("HTTPRoute", namespace, name, _first(route, "parents")),
+            _object_conditions("SecurityPolicy", namespace, policy_name, _first(policy, "ancestors")),
+        ),
+        load_balancer=f"{GATEWAY_NAMESPACE}/{service_name}",
+        load_balancer_hostname=(ingress[0].get("hostname") or ingress[0].get("ip")) if ingress else None,
+        scheme=annotations.get("service.beta.kubernetes.io/aws-load-balancer-scheme", "internal"),
+        port=ports[0].get("port") if ports else None,
+    )
+
+
+def _first(obj: Mapping[str, Any] | None, statuses: str) -> list[Mapping[str, Any]] | None:
+    """The conditions a controller wrote for the first parent (route) or ancestor (policy)."""
+    if obj is None:
+        return None
+    found = (obj.get("status") or {}).get(statuses) or []
+    return found[0].get("conditions") if found else []
+
+
+def _object_conditions(
+    kind: str, namespace: str, name: str, conditions: list[Mapping[str, Any]] | None
+) -> ObjectConditions:
+    if conditions is None:
+        missing = Condition(type="Exists", status="False", reason="NotFound", message="not created")
+        return ObjectConditions(kind, namespace, name, (missing,))
+    return ObjectConditions(kind, namespace, name, tuple(_condition(c) for c in conditions))
 
 
 def parse_rayservice(obj: Mapping[str, Any]) -> RayServiceStatus:

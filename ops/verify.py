@@ -1,4 +1,7 @@
-"""`ops verify`: the smoke test after `pulumi up`, four checks that each PASS or FAIL with a reason.
+"""`ops verify`: the smoke test after `pulumi up`, checks that each PASS or FAIL with a reason.
+
+Through the endpoint's gateway it first checks that a request without an API key is refused (401)
+and never reaches Ray, then lists the models and streams a completion with a key.
 
 The NIXL check is the one that matters most: when NIXL cannot use libfabric it falls back to UCX, which
 runs at TCP speed even on EFA, and nothing else fails. The Ray worker logs are the only place that
@@ -37,6 +40,7 @@ UCX_FALLBACK = (
     "the workers have FI_PROVIDER=efa."
 )
 
+CHECK_AUTH = "API key required"
 CHECK_MODELS = "GET /v1/models"
 CHECK_CHAT = "streamed chat completion"
 CHECK_NIXL = "NIXL backend"
@@ -49,6 +53,8 @@ class VerifyTarget:
     name: str
     """The RayService; its active Ray cluster scopes the worker pods."""
     model: str
+    gateway: bool = False
+    """Whether the requests go through the endpoint's gateway, which must refuse them without a key."""
 
 
 @dataclass(frozen=True)
@@ -164,12 +170,33 @@ def summarize_stream(lines: Iterable[str], start: float, clock: Clock) -> Stream
     )
 
 
+def check_key_required(api: KubeApi) -> CheckResult:
+    """The gateway refuses a request without a key (Envoy's api_key_auth answers 401 itself)."""
+    response = api.http_get(MODELS_PATH, headers={})
+    if response.status == 401:
+        return CheckResult(CHECK_AUTH, True, "a request without a key gets 401")
+    if response.status == 200:
+        return CheckResult(
+            CHECK_AUTH,
+            False,
+            "a request without a key was served: the API key SecurityPolicy is not in force (see the "
+            "endpoint section of `python -m ops status`)",
+        )
+    return CheckResult(
+        CHECK_AUTH,
+        False,
+        f"a request without a key got HTTP {response.status}, not 401: {excerpt(response.body)}",
+    )
+
+
 def check_models(api: KubeApi, model: str) -> CheckResult:
     response = api.http_get(MODELS_PATH)
     if response.status != 200:
         hint = ""
         if response.status == 503:
             hint = " (the serve Service has no ready endpoint yet: see `python -m ops status`)"
+        elif response.status == 401:
+            hint = " (the gateway refused the API key: is it one of the stack's `apiKeys`?)"
         return CheckResult(CHECK_MODELS, False, f"HTTP {response.status}{hint}: {excerpt(response.body)}")
     try:
         listed = json.loads(response.body)
@@ -315,7 +342,10 @@ def verify(
     api: KubeApi, target: VerifyTarget, clock: Clock = time.monotonic, progress: Progress = quiet
 ) -> VerifyReport:
     """Run every check, even after a failure: the report should name everything that is wrong."""
-    steps: list[tuple[str, str, Callable[[], CheckResult]]] = [
+    steps: list[tuple[str, str, Callable[[], CheckResult]]] = []
+    if target.gateway:
+        steps.append((CHECK_AUTH, "calling the gateway without a key", lambda: check_key_required(api)))
+    steps += [
         (CHECK_MODELS, "listing models", lambda: check_models(api, target.model)),
         (
             CHECK_CHAT,

@@ -10,8 +10,20 @@ import pytest
 import yaml
 
 from ops.cli import main
+from ops.render import KEY_PLACEHOLDER
 from ops.stack import load_stack_config
 from tests.fakes.pulumi import ROOT, STACKS, run_stack
+
+ENDPOINT_KINDS = (
+    "GatewayClass",
+    "EnvoyProxy",
+    "Gateway",
+    "HTTPRoute",
+    "SecurityPolicy",
+    "ClientTrafficPolicy",
+    "BackendTrafficPolicy",
+    "Service",
+)
 
 
 def render(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -29,17 +41,35 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     code, out, err = render(capsys, "--stack", stack, "--account-id", "123456789012")  # the mocks' account
 
     run = run_stack(stack=stack)
-    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService", "DaemonSet")
-    fields = ("apiVersion", "kind", "metadata", "spec", "data")
+    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService", "DaemonSet", *ENDPOINT_KINDS)
+    fields = ("apiVersion", "kind", "metadata", "spec", "data", "type")
     program = {
         (r.inputs["kind"], r.inputs["metadata"]["name"]): {k: r.inputs[k] for k in fields if k in r.inputs}
         for r in run.registrations
-        if r.custom and r.inputs.get("kind") in kinds and r.name.startswith("ray-llm-")
+        if r.custom and r.inputs.get("kind") in kinds and r.name.startswith(("ray-llm-", "endpoint-"))
     }
     assert code == 0, err
-    documents = yaml.safe_load_all(out)
-    assert {(d["kind"], d["metadata"]["name"]): d for d in documents} == program
+    documents = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out)}
+    keys = documents.pop(("Secret", "ray-llm-api-keys"))
+    assert documents == program
     assert {kind for kind, _ in program} == set(kinds)
+    # The keys' Secret: the program's clients, with a placeholder where the program holds the keys.
+    secret = run.one("kubernetes:core/v1:Secret", "endpoint-api-keys").inputs
+    assert set(keys["stringData"]) == set(secret["stringData"].value)
+    assert set(keys["stringData"].values()) == {KEY_PLACEHOLDER}
+    assert not set(secret["stringData"].value.values()) & set(out.split())
+
+
+def test_render_never_prints_a_key_given_in_the_stack_file(tmp_path, capsys):
+    config = load_stack_config(ROOT, "dev")
+    config["ray-llm-eks:apiKeys"] = {"default": {"secure": "v1:c2VjcmV0LWtleS1jaXBoZXJ0ZXh0"}}
+    _write_stack(tmp_path, "keys", config)
+
+    code, out, err = render(capsys, "--stack", "keys", "--root", str(tmp_path))
+
+    assert code == 0, err
+    assert "v1:c2VjcmV0" not in out and "encrypted" not in out
+    assert f"default: '{KEY_PLACEHOLDER}'" in out
 
 
 def test_render_shows_serve_config_as_a_readable_block(capsys):

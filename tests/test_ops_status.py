@@ -133,7 +133,10 @@ def test_status_with_stack_reads_namespace_name_and_kubeconfig_from_the_stack(tm
     out, err = capsys.readouterr()
 
     assert commands == [
-        (["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--stack", "staging"], tmp_path)
+        (
+            ["pulumi", "stack", "output", "kubeconfig", "--show-secrets", "--json", "--stack", "staging"],
+            tmp_path,
+        )
     ]
     assert seen["mode"] == 0o600
     assert json.loads(seen["content"]) == json.loads(kubeconfig_json)

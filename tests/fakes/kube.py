@@ -72,6 +72,12 @@ class FakeKubeApi:
     """Per worker pod: what its grep printed, or the error exec raised."""
     models: HttpResponse
     stream: list[str]
+    objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
+    """(apiVersion, plural, namespace, name) -> object, for get_object."""
+    api_key: str | None = None
+    """Set: HTTP goes through a gateway that answers 401 unless a request carries this key."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """What the connection sends by default (ConnectOptions.headers; `connect_with` sets it)."""
     clock: FakeClock = field(default_factory=FakeClock)
     first_event_s: float = 0.40
     event_interval_s: float = 0.05
@@ -111,12 +117,32 @@ class FakeKubeApi:
             raise result
         return result
 
-    def http_get(self, path: str) -> HttpResponse:
-        self.calls.append(("GET", path))
+    def get_object(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get_object", api_version, plural, namespace, name))
+        found = self.objects.get((api_version, plural, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def _refused(self, headers: Mapping[str, str] | None) -> bool:
+        """What Envoy's api_key_auth filter decides: the key from x-api-key or Authorization (a
+        `Bearer ` prefix stripped) must be one of the Secret's."""
+        if self.api_key is None:
+            return False
+        sent = dict(self.headers if headers is None else headers)
+        given = sent.get("x-api-key") or sent.get("Authorization", "").removeprefix("Bearer ")
+        return given != self.api_key
+
+    def http_get(self, path: str, headers: Mapping[str, str] | None = None) -> HttpResponse:
+        self.calls.append(("GET", path, dict(self.headers if headers is None else headers)))
+        if self._refused(headers):
+            return HttpResponse(401, "Client authentication failed.")
         return self.models if path == "models" else HttpResponse(404, '{"detail":"Not Found"}')
 
-    def http_post_stream(self, path: str, body: Mapping[str, Any]) -> Iterator[str]:
+    def http_post_stream(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> Iterator[str]:
         self.calls.append(("POST", path, dict(body)))
+        if self._refused(headers):
+            raise OpsError(f"POST {path} answered HTTP 401: Client authentication failed.")
         if path != "chat/completions":
             raise OpsError(f"POST {path} answered HTTP 404")
         return self._replay()
@@ -134,6 +160,18 @@ class FakeKubeApi:
 
     def node(self, name: str) -> dict[str, Any]:
         return next(n for n in self.nodes if n["metadata"]["name"] == name)
+
+
+def connect_with(cluster: FakeKubeApi, seen: list[Any] | None = None):
+    """A `connect` for ops.cli.main: the cluster sends what ConnectOptions says (and `seen` records it)."""
+
+    def connect(options: Any) -> FakeKubeApi:
+        cluster.headers = dict(options.headers)
+        if seen is not None:
+            seen.append(options)
+        return cluster
+
+    return connect
 
 
 def healthy_cluster() -> FakeKubeApi:
