@@ -56,7 +56,7 @@ def _type(annotation: Any) -> str:
     if origin is list:
         return f"list of {_type(args[0])}"
     if origin is dict:
-        return "mapping"
+        return "secret mapping" if args and args[1] is SecretStr else "mapping"
     if args and hasattr(annotation, "__metadata__"):  # Annotated[str, ...]
         return _type(args[0])
     return _NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
@@ -84,10 +84,17 @@ def _default(field: FieldInfo) -> str:
     if isinstance(value, Enum):
         value = value.value
     if isinstance(value, list | dict):
-        return f"`{json.dumps(value, default=str)}`"
+        return f"`{json.dumps(value, default=_plain)}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     return f"`{value}`"
+
+
+def _plain(value: Any) -> Any:
+    """A default as the stack file would spell it (a model as its camelCase keys)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True)
+    return str(value)
 
 
 def _nested(field: FieldInfo) -> type[BaseModel] | None:

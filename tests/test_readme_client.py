@@ -1,0 +1,118 @@
+"""The README's OpenAI client example, run as written: with the real `openai` package, against a
+local stand-in for the gateway that, like Envoy's api_key_auth filter, refuses a request unless its
+`Authorization: Bearer <key>` carries one of the stack's keys, and a stand-in `pulumi` that prints
+the stack's outputs. If the README's snippet, the output names or the key's form drift, this fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.pulumi import ROOT
+
+KEY = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL"
+WORDS = ["Hello", " from", " prefill", " and", " decode", "."]
+
+
+def readme_snippet() -> str:
+    (snippet,) = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return snippet
+
+
+class Gateway(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str | None]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        Gateway.seen.append((self.path, self.headers.get("Authorization")))
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.headers.get("Authorization", "").removeprefix("Bearer ") != KEY:
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b"Client authentication failed.")
+            return
+        if self.path != "/v1/chat/completions" or not body.get("stream"):
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in self._events(body["model"]):
+            self.wfile.write(f"data: {event}\n\n".encode())
+            self.wfile.flush()
+
+    @staticmethod
+    def _events(model: str) -> Iterator[str]:
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model}
+        for word in WORDS:
+            yield json.dumps({**base, "choices": [{"index": 0, "delta": {"content": word}}]})
+        yield json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        yield "[DONE]"
+
+
+@pytest.fixture
+def gateway() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Gateway.seen = []
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def fake_pulumi(bin_dir: Path, outputs: dict[str, object]) -> None:
+    """A `pulumi` on PATH that answers `pulumi stack output --json --show-secrets` (every output)."""
+    script = bin_dir / "pulumi"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "assert sys.argv[1:] == ['stack', 'output', '--json', '--show-secrets'], sys.argv\n"
+        f"print({json.dumps(outputs)!r})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def run_snippet(tmp_path: Path, url: str, key: str) -> subprocess.CompletedProcess[str]:
+    fake_pulumi(tmp_path, {"endpointUrl": url, "apiKeys": {"default": key}})
+    environment = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    environment.pop("OPENAI_BASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-c", readme_snippet()],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_readme_example_streams_a_completion_with_the_stacks_key(tmp_path, gateway):
+    result = run_snippet(tmp_path, gateway, KEY)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "".join(WORDS)
+    assert Gateway.seen == [("/v1/chat/completions", f"Bearer {KEY}")]
+
+
+def test_the_readme_example_is_refused_with_a_wrong_key(tmp_path, gateway):
+    result = run_snippet(tmp_path, gateway, "not-the-key")
+
+    assert result.returncode != 0
+    assert "401" in result.stderr
