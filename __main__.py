@@ -8,7 +8,9 @@
                                                    │                                   │                   │
                                                    │    Endpoint: NLB ─► Envoy Gateway ─► RayService ◄─────┘
                                                    │    (API keys)  ◄──────────────────┘  (prefill and decode
-                                                   └───────────────────────────────────    workers, NIXL/EFA)
+                                                   │                                       workers, NIXL/EFA)
+                                                   └──► Observability: EBS CSI, Prometheus, Grafana, dcgm,
+                                                        monitors, alerts, dashboards (scrape all of the above)
 
 Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
 `planning` (what the hardware and AWS can carry), before the first resource is registered. What the
@@ -32,11 +34,13 @@ from components.kuberay import KubeRayOperator
 from components.load_balancer_controller import LoadBalancerController
 from components.model_cache import ModelCache
 from components.network import Network
+from components.observability import Observability
 from components.rayservice import RayService
 from config import PROJECT, ConfigError, Settings, load_settings
 from manifests.endpoint import build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
+from manifests.observability import build_observability
 from manifests.rayservice import build_serving
 from planning import plan_stack
 from planning.access import partition_of, plan_access
@@ -223,6 +227,24 @@ def main() -> None:
             load_balancer_ready=load_balancer.ready,
         )
 
+    observability = (
+        Observability(
+            "observability",
+            manifests=build_observability(settings),
+            cluster_name=cluster.cluster_name,
+            kubernetes_version=settings.cluster.kubernetes_version,
+            partition=partition_of(settings.region),
+            provider=cluster.provider,
+            system_nodes=[cluster.system_node_group],
+            gpu_nodes=[gpu_nodes.node_group],
+            pod_identity_agent=cluster.pod_identity_agent,
+            serving_namespace=ray_service.namespace,
+            kuberay=[kuberay.release],
+        )
+        if settings.observability.enabled
+        else None
+    )
+
     fingerprint = serving.rayservice.cluster_fingerprint()
     previous = pulumi.StackReference(f"{pulumi.get_organization() or 'organization'}/{PROJECT}/{stack}")
     pulumi.Output.all(previous.get_output("rayClusterFingerprint"), previous.get_output("rayImage")).apply(
@@ -247,6 +269,8 @@ def main() -> None:
         pulumi.export("endpointUrl", endpoint.url)
         pulumi.export("loadBalancerHostname", endpoint.load_balancer_hostname)
         pulumi.export("apiKeys", endpoint.api_keys)
+    if observability:
+        pulumi.export("grafanaAdminPassword", observability.grafana_admin_password)
     pulumi.export("modelId", settings.model.id)
     pulumi.export("rayClusterFingerprint", fingerprint)
     pulumi.export("rayImage", plan.image)

@@ -109,10 +109,11 @@ class SystemNodesConfig(NodeGroupConfig):
     the Ray head."""
 
     instance_type: str = Field(
-        "m7i.xlarge",
+        "m7i.2xlarge",
         pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
-        description="Instance type of the CPU node group that runs system pods, the KubeRay operator "
-        "and the Ray head.",
+        description="Instance type of the CPU node group that runs system pods, the KubeRay operator, "
+        "the gateway, the metrics stack and the Ray head. Preview refuses one whose nodes cannot hold "
+        "them all (the seed's m7i.xlarge holds the head and the gateway, not the metrics stack too).",
     )
     min_size: int = Field(1, ge=1, description="Minimum number of system nodes.")
     desired_size: int = Field(1, ge=1, description="Number of system nodes at creation.")

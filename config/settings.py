@@ -19,6 +19,7 @@ from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.endpoint import EndpointConfig
 from config.network import NetworkConfig
+from config.observability import ObservabilityConfig
 from config.serving import KubeRayConfig, ModelCacheConfig, ModelConfig, ServingConfig
 
 PROJECT = "ray-llm-eks"
@@ -47,6 +48,7 @@ class Settings(StrictModel):
     model: ModelConfig = Field(default_factory=ModelConfig)  # type: ignore[arg-type]
     model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)  # type: ignore[arg-type]
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)  # type: ignore[arg-type]
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # type: ignore[arg-type]
     api_keys: dict[str, SecretStr] = Field(
         {},
         description="API keys you choose instead of generated ones, by client name (each must be one of "

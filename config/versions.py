@@ -89,6 +89,44 @@ def envoy_gateway_crd_url(name: str) -> str:
     )
 
 
+KUBE_PROMETHEUS_STACK_CHART_VERSION = "88.5.3"
+"""`kube-prometheus-stack` from https://prometheus-community.github.io/helm-charts (prometheus-operator
+v0.93.1, Prometheus v3.14.0, Alertmanager v0.34.0, Grafana chart 12.11.1, kube-state-metrics 2.20.0)."""
+
+KUBE_PROMETHEUS_STACK_CHART_REPO = "https://prometheus-community.github.io/helm-charts"
+
+KUBE_PROMETHEUS_STACK_CRDS = (
+    "alertmanagerconfigs",
+    "alertmanagers",
+    "podmonitors",
+    "probes",
+    "prometheusagents",
+    "prometheuses",
+    "prometheusrules",
+    "scrapeconfigs",
+    "servicemonitors",
+    "thanosrulers",
+)
+"""The chart's crds subchart at 88.5.3 (charts/kube-prometheus-stack/charts/crds/crds/crd-<plural>.yaml)."""
+
+
+def kube_prometheus_stack_crd_url(plural: str) -> str:
+    return (
+        "https://raw.githubusercontent.com/prometheus-community/helm-charts/kube-prometheus-stack-"
+        f"{KUBE_PROMETHEUS_STACK_CHART_VERSION}/charts/kube-prometheus-stack/charts/crds/crds/crd-{plural}.yaml"
+    )
+
+
+DCGM_EXPORTER_CHART_VERSION = "4.8.2"
+"""NVIDIA's `dcgm-exporter` chart from https://nvidia.github.io/dcgm-exporter/helm-charts (image
+4.5.3-4.8.2; git tag 4.5.3-4.8.2 of NVIDIA/dcgm-exporter)."""
+
+DCGM_EXPORTER_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+
+VLLM_VERSION = "0.26.0"
+"""vLLM in the image: Ray 2.58.0's `llm` extra pins `vllm[audio]==0.26.0` (and NIXL 1.3.1). The alert
+rules and the PD dashboard use the metric names this version exports (through Ray: `ray_vllm_*`)."""
+
 RAY_VERSION = "2.58.0"
 """Ray inside the image below; KubeRay's `rayVersion` must match it, and the tests validate the serve
 config with this exact Ray (`ray[serve]==2.58.0` in requirements-dev.txt)."""

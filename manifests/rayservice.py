@@ -44,6 +44,7 @@ from manifests.k8s import (
     pod_security_labels,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
+from manifests.observability import HEAD_METRICS_PORTS, head_dashboard_env
 from manifests.prepull import prepull_daemon_set
 from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
@@ -211,7 +212,13 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     ContainerPort(name="dashboard", container_port=8265),
                     # KubeRay points the <name>-serve-svc Service at the port named "serve".
                     ContainerPort(name="serve", container_port=8000),
+                    # Ray's autoscaler and dashboard metrics, for the head's PodMonitor (KubeRay adds
+                    # `metrics`, 8080, itself).
+                    *(ContainerPort(name=n, container_port=p) for n, p in HEAD_METRICS_PORTS.items()),
                 ],
+                env=[EnvVar(name=k, value=v) for k, v in head_dashboard_env().items()]
+                if settings.observability.enabled
+                else None,
                 resources=ResourceRequirements(
                     requests={"cpu": head.cpu_request, "memory": head.memory_request},
                     limits={"cpu": head.cpu_limit, "memory": head.memory_limit},

@@ -32,7 +32,7 @@ from planning.capacity import (
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.model_cache import ModelCachePlan, plan_model_cache
-from planning.system_pods import system_pods_total
+from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
@@ -145,23 +145,37 @@ def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int, shm: 
 
 
 def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]:
+    """The head must fit one system node, and the head and the stack's own pods (gateway, load
+    balancer controller, metrics) all of them together."""
     if system is None:
         return []
     head = settings.serving.head
-    cpu_free, memory_free = system_node_free(system, system_pods_total(settings))
+    nodes = settings.system_nodes.desired_size
+    cpu_node, memory_node = system_node_free(system)
+    cpu_pods, memory_pods = system_pods_total(settings)
+    where = f"{PROJECT}:systemNodes.instanceType {system.name}"
+    beside = (
+        f"beside the system pods and the stack's own ({cpu_pods:g} vCPU, {memory_pods / GIB:.2f}Gi: "
+        f"{', '.join(system_pods(settings))}) on {PROJECT}:systemNodes.desiredSize {nodes}"
+    )
     problems = []
-    if quantity_value(head.cpu_request) > cpu_free:
-        problems.append(
-            f"{PROJECT}:serving.head.cpuRequest: {head.cpu_request} does not fit a "
-            f"{PROJECT}:systemNodes.instanceType {system.name} beside the system pods "
-            f"({cpu_free:g} vCPU free)"
-        )
-    if quantity_value(head.memory_request) > memory_free:
-        problems.append(
-            f"{PROJECT}:serving.head.memoryRequest: {head.memory_request} does not fit a "
-            f"{PROJECT}:systemNodes.instanceType {system.name} beside the system pods "
-            f"({memory_free / GIB:g}Gi free)"
-        )
+    for what, request, node_free, pods, unit in (
+        ("cpuRequest", head.cpu_request, cpu_node, cpu_pods, 1),
+        ("memoryRequest", head.memory_request, memory_node, memory_pods, GIB),
+    ):
+        need = quantity_value(request)
+        if need > node_free:
+            problems.append(
+                f"{PROJECT}:serving.head.{what}: {request} does not fit a {where} beside the system pods "
+                f"({node_free / unit:g}{'Gi' if unit == GIB else ' vCPU'} free)"
+            )
+        elif need + pods > node_free * nodes:
+            free = node_free * nodes - pods
+            problems.append(
+                f"{PROJECT}:serving.head.{what}: {request} does not fit {beside} "
+                f"({max(free, 0) / unit:.2f}{'Gi' if unit == GIB else ' vCPU'} left); raise "
+                "systemNodes.desiredSize or pick a larger systemNodes.instanceType"
+            )
     return problems
 
 

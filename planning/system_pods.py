@@ -40,6 +40,23 @@ ENVOY_SHUTDOWN_MANAGER = PodRequests(10, 32)
 """The shutdown-manager sidecar of each Envoy proxy pod (Envoy Gateway's default)."""
 
 
+PROMETHEUS = PodRequests(200, 1024)
+PROMETHEUS_CONFIG_RELOADER = PodRequests(10, 32)
+"""Beside Prometheus and Alertmanager each (kube-prometheus-stack sets no requests: these are ours)."""
+ALERTMANAGER = PodRequests(50, 128)
+PROMETHEUS_OPERATOR = PodRequests(100, 128)
+KUBE_STATE_METRICS = PodRequests(50, 128)
+GRAFANA = PodRequests(100, 256)
+GRAFANA_SIDECARS = PodRequests(50, 128)
+"""Grafana's dashboard and datasource sidecars together."""
+NODE_EXPORTER = PodRequests(50, 32)
+"""On every node, so once per system node."""
+EBS_CSI_CONTROLLER = PodRequests(60, 240)
+"""An estimate: the EKS add-on's controller (2 replicas, six small containers each) sets requests of its
+own, which the add-on's configuration schema does not promise; its node DaemonSet: EBS_CSI_NODE."""
+EBS_CSI_NODE = PodRequests(30, 120)
+
+
 def load_balancer_controller_replicas(settings: Settings) -> int:
     """One controller per system node, at most two (leader election keeps one active)."""
     return 1 if settings.system_nodes.desired_size < 2 else 2
@@ -47,6 +64,28 @@ def load_balancer_controller_replicas(settings: Settings) -> int:
 
 def system_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
     """What the stack adds to the system nodes: name -> (requests per pod, pods)."""
+    return {**_endpoint_pods(settings), **_observability_pods(settings)}
+
+
+def _observability_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
+    if not settings.observability.enabled:
+        return {}
+    nodes = settings.system_nodes.desired_size
+    return {
+        "prometheus": (PROMETHEUS, 1),
+        "config reloaders": (PROMETHEUS_CONFIG_RELOADER, 2),
+        "alertmanager": (ALERTMANAGER, 1),
+        "prometheus-operator": (PROMETHEUS_OPERATOR, 1),
+        "kube-state-metrics": (KUBE_STATE_METRICS, 1),
+        "grafana": (GRAFANA, 1),
+        "grafana sidecars": (GRAFANA_SIDECARS, 1),
+        "node-exporter": (NODE_EXPORTER, nodes),
+        "ebs-csi-controller": (EBS_CSI_CONTROLLER, 2),
+        "ebs-csi-node": (EBS_CSI_NODE, nodes),
+    }
+
+
+def _endpoint_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
     if not settings.endpoint.enabled:
         return {}
     replicas = settings.endpoint.gateway_replicas

@@ -48,17 +48,23 @@ class UpgradePlan:
 
 
 def system_nodes_host_two_heads(settings: Settings, system: InstanceType | None) -> bool:
-    """Two system nodes host a head each; one node only if its CPU and memory, less what the node and
-    its system pods take, fit both heads' requests. An unknown system type is assumed not to."""
-    if settings.system_nodes.desired_size >= 2:
-        return True
+    """Whether the system nodes hold a second head beside the first and the stack's own pods: two
+    heads' requests and those pods within what the nodes offer, each head within one node. An unknown
+    system type is assumed to hold it only on two or more nodes."""
+    nodes = settings.system_nodes.desired_size
     if system is None:
-        return False
+        return nodes >= 2
     head = settings.serving.head
-    cpu_free, memory_free = system_node_free(system, system_pods_total(settings))
+    cpu_node, memory_node = system_node_free(system)
+    cpu_pods, memory_pods = system_pods_total(settings)
+    cpu, memory = quantity_value(head.cpu_request), quantity_value(head.memory_request)
+    if nodes == 1:
+        return 2 * cpu + cpu_pods <= cpu_node and 2 * memory + memory_pods <= memory_node
     return (
-        2 * quantity_value(head.cpu_request) <= cpu_free
-        and 2 * quantity_value(head.memory_request) <= memory_free
+        cpu <= cpu_node
+        and memory <= memory_node
+        and 2 * cpu + cpu_pods <= cpu_node * nodes
+        and 2 * memory + memory_pods <= memory_node * nodes
     )
 
 

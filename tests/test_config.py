@@ -38,7 +38,8 @@ def test_dev_stack_file_holds_the_seed_values():
     s = settings_with()
     assert s.region == "sa-east-1"
     assert (s.cluster.name, s.cluster.kubernetes_version) == ("ray-llm-multinode", "1.35")
-    assert s.system_nodes.instance_type == "m7i.xlarge" and s.system_nodes.desired_size == 1
+    # Not the seed's m7i.xlarge: the system node also holds the gateway and the metrics stack now.
+    assert s.system_nodes.instance_type == "m7i.2xlarge" and s.system_nodes.desired_size == 1
     assert s.gpu_nodes.instance_type == "g6.8xlarge"
     assert (s.gpu_nodes.min_size, s.gpu_nodes.desired_size, s.gpu_nodes.max_size) == (2, 2, 2)
     assert s.gpu_nodes.disk_size_gib == 200
@@ -215,10 +216,13 @@ def test_new_cluster_upgrades_need_room_for_a_second_head():
         **stack_file_config("dev"),
         f"{P}:gpuNodes": {"desiredSize": 4, "maxSize": 4},
         f"{P}:serving": {"upgradeStrategy": "newCluster"},
+        # One m7i.xlarge holds one head beside the gateway (without the metrics stack), not two.
+        f"{P}:systemNodes": {"instanceType": "m7i.xlarge"},
+        f"{P}:observability": {"enabled": False},
     }
     with pytest.raises(ConfigError, match="room for a second head"):
         plan_stack(load_settings(config), stack="dev")
-    config[f"{P}:systemNodes"] = {"desiredSize": 2}
+    config[f"{P}:systemNodes"] = {"instanceType": "m7i.xlarge", "desiredSize": 2}
     assert plan_stack(load_settings(config), stack="dev").upgrade.zero_downtime
 
 
@@ -310,13 +314,13 @@ class TestNeverSchedulable:
             ),
             (
                 "serving",
-                {"head": {"cpuRequest": "3.5", "cpuLimit": "4"}},
-                "serving.head.cpuRequest: 3.5 does not fit",
+                {"head": {"cpuRequest": "7.5", "cpuLimit": "8"}},
+                "serving.head.cpuRequest: 7.5 does not fit",
             ),
             (
                 "serving",
-                {"head": {"memoryRequest": "14Gi", "memoryLimit": "14Gi"}},
-                "serving.head.memoryRequest: 14Gi does not fit a ray-llm-eks:systemNodes.instanceType m7i",
+                {"head": {"memoryRequest": "30Gi", "memoryLimit": "30Gi"}},
+                "serving.head.memoryRequest: 30Gi does not fit a ray-llm-eks:systemNodes.instanceType m7i",
             ),
             ("model", {"tensorParallelSize": 2}, "model.tensorParallelSize: 2 needs 2 GPUs in one pod"),
         ],

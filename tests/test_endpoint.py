@@ -46,6 +46,10 @@ def release(run: StackRun, chart: str):
     return found
 
 
+def api_key_passwords(run: StackRun):
+    return [p for p in run.of_type(PASSWORD) if p.name.startswith("endpoint-key-")]
+
+
 def depends_on(reg, other) -> bool:
     return other.urn in reg.dependencies
 
@@ -316,7 +320,7 @@ class TestTeardown:
 class TestApiKeys:
     def test_one_generated_key_per_client_as_a_secret_output(self):
         run = run_stack(overrides={"endpoint": {"clients": {"app": {}, "batch": {}}}})
-        passwords = {p.name: p.inputs for p in run.of_type(PASSWORD)}
+        passwords = {p.name: p.inputs for p in api_key_passwords(run)}
         assert set(passwords) == {"endpoint-key-app", "endpoint-key-batch"}
         assert all(p["length"] == 48 and p["special"] is False for p in passwords.values())
         keys = run.exports["apiKeys"]
@@ -354,7 +358,7 @@ class TestApiKeys:
     def test_a_key_given_in_config_is_used_and_stays_secret(self):
         given = "k" * 40
         run = run_stack(secrets={"ray-llm-eks:apiKeys": json.dumps({"default": given})})
-        assert run.of_type(PASSWORD) == []
+        assert api_key_passwords(run) == []
         assert run.one(SECRET, "endpoint-api-keys").inputs["stringData"].value == {"default": given}
         assert run.exports["apiKeys"] == {"default": given} and "apiKeys" in run.secret_exports
 
@@ -372,17 +376,21 @@ class TestSwitchedOff:
         run = run_stack(overrides={"endpoint": {"enabled": False}})
         charts = {r.inputs["chart"] for r in run.of_type(RELEASE)}
         assert not any(c.endswith(("gateway-helm", "aws-load-balancer-controller")) for c in charts)
-        assert run.of_type(PASSWORD) == [] and run.of_type(SERVICE) == []
+        assert api_key_passwords(run) == [] and run.of_type(SERVICE) == []
         assert "endpointUrl" not in run.exports and "apiKeys" not in run.exports
         assert run.exports["portForwardCommand"].startswith("kubectl port-forward")
 
 
 class TestTheSystemNodeHoldsIt:
     def test_a_head_that_fits_only_without_the_gateway_is_refused_with_it(self):
+        small = {"instanceType": "m7i.xlarge"}  # 3 vCPU free beside the system pods
         head = {"head": {"cpuRequest": "3", "cpuLimit": "3"}}
-        run_stack(overrides={"serving": head, "endpoint": {"enabled": False}})
-        with pytest.raises(ConfigError, match=r"serving.head.cpuRequest: 3 does not fit"):
-            run_stack(overrides={"serving": head})
+        off = {"enabled": False}
+        run_stack(overrides={"serving": head, "systemNodes": small, "endpoint": off, "observability": off})
+        with pytest.raises(
+            ConfigError, match=r"serving.head.cpuRequest: 3 does not fit beside the system pods"
+        ):
+            run_stack(overrides={"serving": head, "systemNodes": small, "observability": off})
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -98,7 +98,7 @@ class TestSeedFacts:
         pod = head_pod(rayservice)
         assert pod["nodeSelector"] == {"role": "system"}
         (container,) = pod["containers"]
-        assert sorted(p["containerPort"] for p in container["ports"]) == [6379, 8000, 8265]
+        assert sorted(p["containerPort"] for p in container["ports"]) == [6379, 8000, 8265, 44217, 44227]
         assert {"name": "serve", "containerPort": 8000} in container["ports"]
         assert container["resources"] == {
             "requests": {"cpu": "2", "memory": "8Gi"},
@@ -356,7 +356,13 @@ class TestUpgradePath:
     def test_spare_gpus_without_room_for_a_second_head_still_recreate(self):
         """A second Ray cluster also needs a second head (2 CPU requested): one m7i.xlarge cannot
         host two, so the upgrade would wait forever for the head instead of the GPUs."""
-        run = run_stack(overrides={"gpuNodes": {"desiredSize": 4, "maxSize": 4}})
+        run = run_stack(
+            overrides={
+                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+                "systemNodes": {"instanceType": "m7i.xlarge"},
+                "observability": {"enabled": False},
+            }
+        )
         reg = run.one(RAYSERVICE)
         assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
         assert reg.delete_before_replace is True

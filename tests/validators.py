@@ -59,7 +59,7 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
     ]
 
 
-GATEWAY_API_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "gateway-api"
+GATEWAY_API_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "npm"
 """@kubernetes-models/gateway-api: the Gateway API CRDs' schemas as validators (PROVENANCE.md there)."""
 
 

@@ -1,0 +1,168 @@
+"""Metrics, dashboards and alerts in the cluster: the EBS CSI driver (EKS add-on, its own Pod Identity
+role) and a gp3 StorageClass for Prometheus's volume, kube-prometheus-stack (Prometheus, Alertmanager,
+Grafana, the operator, kube-state-metrics, node-exporter) with its CRDs applied by the stack, NVIDIA's
+dcgm-exporter on the GPU nodes, the PodMonitors for the Ray head and workers, a ServiceMonitor for the
+KubeRay operator, the alert rules, and the dashboards as ConfigMaps Grafana's sidecar loads.
+
+Grafana's admin password is generated (pulumi-random), kept as a secret, and handed to Grafana in a
+Secret; the chart would otherwise generate one of its own at every install.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from components.helm import helm_release
+from components.pod_identity import POD_IDENTITY_TRUST
+from manifests.observability import (
+    GRAFANA_ADMIN_SECRET,
+    GRAFANA_ADMIN_USER,
+    ObservabilityManifests,
+    kube_prometheus_stack_crds,
+)
+
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+EBS_CSI_POLICY = "service-role/AmazonEBSCSIDriverPolicyV2"
+"""The driver's recommended managed policy: volumes and snapshots it tagged `ebs.csi.aws.com/cluster`
+(it tags what it creates) and nothing else."""
+PASSWORD_LENGTH = 32
+
+
+class Observability(pulumi.ComponentResource):
+    grafana_admin_password: pulumi.Output[str]
+    """Grafana's `admin` password, a Pulumi secret."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        manifests: ObservabilityManifests,
+        cluster_name: pulumi.Input[str],
+        kubernetes_version: str,
+        partition: str,
+        provider: k8s.Provider,
+        system_nodes: Sequence[pulumi.Resource],
+        gpu_nodes: Sequence[pulumi.Resource],
+        pod_identity_agent: pulumi.Resource,
+        serving_namespace: pulumi.Input[str],
+        kuberay: Sequence[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`system_nodes`, `gpu_nodes`: the node groups (what runs where must exist first);
+        `serving_namespace`: the RayService's, where its monitors and rules go; `kuberay`: the operator's
+        release, whose Service the ServiceMonitor scrapes."""
+        super().__init__("ray-llm-eks:observability:Observability", name, None, opts)
+        aws_child = pulumi.ResourceOptions(parent=self)
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        role = aws.iam.Role(
+            f"{name}-ebs-csi",
+            assume_role_policy=POD_IDENTITY_TRUST,
+            description="EBS CSI driver (kube-system/ebs-csi-controller-sa): Prometheus's volume",
+            opts=aws_child,
+        )
+        policy = aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi",
+            role=role.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}",
+            opts=aws_child,
+        )
+        driver = aws.eks.Addon(
+            f"{name}-ebs-csi",
+            cluster_name=cluster_name,
+            addon_name="aws-ebs-csi-driver",
+            addon_version=aws.eks.get_addon_version_output(
+                addon_name="aws-ebs-csi-driver", kubernetes_version=kubernetes_version, most_recent=True
+            ).version,
+            pod_identity_associations=[
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+                )
+            ],
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            opts=pulumi.ResourceOptions.merge(
+                aws_child, pulumi.ResourceOptions(depends_on=[*system_nodes, pod_identity_agent, policy])
+            ),
+        )
+        storage = manifests.storage_class
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-gp3",
+            metadata=storage["metadata"],
+            provisioner=storage["provisioner"],
+            parameters=storage["parameters"],
+            volume_binding_mode=storage["volumeBindingMode"],
+            allow_volume_expansion=storage["allowVolumeExpansion"],
+            reclaim_policy=storage["reclaimPolicy"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[driver])),
+        )
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=manifests.namespace["metadata"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(system_nodes))),
+        )
+        crds = k8s.yaml.v2.ConfigGroup(
+            f"{name}-crds",
+            files=kube_prometheus_stack_crds(),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
+        )
+
+        self.grafana_admin_password = random.RandomPassword(
+            f"{name}-grafana-admin", length=PASSWORD_LENGTH, special=False, opts=aws_child
+        ).result
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=namespace.metadata.name),
+            type="Opaque",
+            # pulumi-kubernetes makes a Secret's stringData a Pulumi secret itself.
+            string_data={"admin-user": GRAFANA_ADMIN_USER, "admin-password": self.grafana_admin_password},
+            opts=child,
+        )
+        stack = helm_release(
+            f"{name}-kube-prometheus-stack",
+            manifests.kube_prometheus_stack,
+            pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(depends_on=[*system_nodes, crds, storage_class, admin]),
+            ),
+            namespace=namespace.metadata.name,
+        )
+        # Its ServiceMonitor needs the CRD; its DaemonSet becomes ready only on GPU nodes.
+        helm_release(
+            f"{name}-dcgm-exporter",
+            manifests.dcgm_exporter,
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*gpu_nodes, crds, stack])),
+            namespace=namespace.metadata.name,
+        )
+        # The operator's admission webhook checks rules as they are created: after the release.
+        after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[crds, stack]))
+        for monitor in manifests.monitoring_objects():
+            metadata = dict(monitor["metadata"])
+            if monitor["kind"] == "ServiceMonitor":
+                after = pulumi.ResourceOptions.merge(
+                    after_operator, pulumi.ResourceOptions(depends_on=list(kuberay))
+                )
+            else:
+                metadata["namespace"] = serving_namespace
+                after = after_operator
+            k8s.apiextensions.CustomResource(
+                f"{name}-{metadata['name']}",
+                api_version=monitor["apiVersion"],
+                kind=monitor["kind"],
+                metadata=metadata,
+                spec=monitor["spec"],
+                opts=after,
+            )
+        for dashboard in manifests.dashboards:
+            k8s.core.v1.ConfigMap(
+                f"{name}-{dashboard['metadata']['name']}",
+                metadata=dashboard["metadata"],
+                data=dashboard["data"],
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+            )
+        self.register_outputs({"grafanaAdminPassword": self.grafana_admin_password})

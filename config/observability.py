@@ -1,0 +1,36 @@
+"""The `observability` section: Prometheus, Grafana and Alertmanager in the cluster (kube-prometheus-
+stack), GPU metrics (dcgm-exporter), the monitors that scrape Ray, Serve, vLLM and NIXL, the dashboards
+and the alerts. Off, the stack installs none of it; `ops render` still prints the monitors, rules and
+dashboards for a Prometheus you run yourself (Amazon Managed Prometheus through its collector, or your
+own prometheus-operator).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from config.base import StrictModel
+
+
+class ObservabilityConfig(StrictModel):
+    """Metrics, dashboards and alerts, in the cluster, on the system nodes."""
+
+    enabled: bool = Field(
+        True,
+        description="Install the metrics stack (Prometheus with persistent storage, Grafana, Alertmanager, "
+        "dcgm-exporter), the Ray/vLLM monitors, dashboards and alerts.",
+    )
+    retention_days: int = Field(15, ge=1, le=365, description="How long Prometheus keeps metrics.")
+    storage_gib: int = Field(
+        50,
+        ge=10,
+        le=16384,
+        description="Prometheus's persistent volume (gp3, encrypted). Prometheus also stops keeping data "
+        "beyond 90 % of it, so a full disk never stops it.",
+    )
+    ttft_objective_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Time to first token the p95 should stay below; an alert fires when it has not for "
+        "10 minutes.",
+    )

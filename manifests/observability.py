@@ -1,0 +1,411 @@
+"""The metrics stack as data: kube-prometheus-stack's and dcgm-exporter's values, the monitors that
+scrape Ray, the alert rules, the gp3 StorageClass and the dashboards' ConfigMaps, built from the
+settings in one place (`build_observability`).
+
+What was read upstream and decided here (kube-prometheus-stack 88.5.3, dcgm-exporter 4.8.2, KubeRay
+1.7.0, Ray 2.58.0, vLLM 0.26.0):
+
+- Everything but the node DaemonSets runs on the system nodes, with requests planning/system_pods.py
+  counts (the chart sets none). Prometheus selects monitors and rules from every namespace
+  (`*SelectorNilUsesHelmValues: false`; otherwise only objects labelled with its release), keeps
+  `observability.retentionDays` and at most 90 % of its gp3 volume.
+- EKS runs the control plane: the chart's scrapes of the controller manager, scheduler, etcd and
+  kube-proxy (and their always-firing "down" alerts) are off.
+- Grafana's admin password comes from a Secret the stack generates (`admin.existingSecret`); no
+  anonymous access; embedding allowed, for the Ray dashboard's metrics tabs.
+- Ray: KubeRay adds the `metrics` port (8080) to head and workers itself; the head also declares
+  `as-metrics` (44217, autoscaler) and `dash-metrics` (44227, dashboard), as KubeRay's samples do.
+  PodMonitors, not ServiceMonitors: a RayService has two head Services, which would count twice. The
+  target gets `ray_io_cluster` from the pod's `ray.io/cluster` label, which Ray's dashboards filter on.
+- vLLM's metrics reach Prometheus through Ray (`log_engine_metrics`, on by default) as `ray_vllm_*`,
+  counters with `_total`. They carry `model_name` and `WorkerId` but no deployment: prefill and decode
+  are told apart by joining on `WorkerId` to a Serve metric that has it (planning of the PD dashboard,
+  manifests/pd_dashboard.py).
+- dcgm-exporter: on the GPU nodes only, tolerating their taint; `honorLabels` keeps its `pod` and
+  `namespace` labels (the GPU's pod) instead of renaming them `exported_*`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from config import Settings, versions
+from manifests.charts import HelmChart
+from manifests.k8s import namespace, pod_security_labels
+from manifests.pd_dashboard import pd_dashboard
+from planning import system_pods as requests
+from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from planning.system_pods import PodRequests
+
+MONITORING_NAMESPACE = "monitoring"
+RELEASE = "kube-prometheus-stack"
+FULLNAME = "kps"
+"""The chart's fullnameOverride: Services `kps-prometheus` (9090) and `kps-alertmanager` (9093)."""
+PROMETHEUS_SERVICE = f"{FULLNAME}-prometheus"
+PROMETHEUS_PORT = 9090
+GRAFANA_SERVICE = "grafana"
+"""Grafana's fullnameOverride: Service `grafana`, port 80 (container 3000)."""
+GRAFANA_PORT = 80
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_ADMIN_USER = "admin"
+STORAGE_CLASS = "gp3"
+DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+DASHBOARD_FOLDER = "Ray LLM"
+RAY_DASHBOARDS = Path(__file__).resolve().parent / "dashboards" / f"ray-{versions.RAY_VERSION}"
+"""Ray's own dashboards, generated from the Ray the image runs (PROVENANCE.md there)."""
+HEAD_METRICS_PORTS = {"as-metrics": 44217, "dash-metrics": 44227}
+"""Ray's autoscaler and dashboard metrics ports, which KubeRay does not declare itself."""
+GRAFANA_LOCAL_URL = "http://127.0.0.1:3000"
+"""Where the browser reaches Grafana through `ops dashboards` (the Ray dashboard's iframes load from here)."""
+
+
+def _resources(pod: PodRequests, memory_limit: str | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": pod.cpu, "memory": pod.memory}}
+    if memory_limit:
+        resources["limits"] = {"memory": memory_limit}
+    return resources
+
+
+def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
+    observe = settings.observability
+    system = dict(SYSTEM_NODE_LABELS)
+    reloader = _resources(requests.PROMETHEUS_CONFIG_RELOADER, "64Mi")
+    return HelmChart(
+        chart="kube-prometheus-stack",
+        version=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
+        repo=versions.KUBE_PROMETHEUS_STACK_CHART_REPO,
+        namespace=MONITORING_NAMESPACE,
+        values={
+            "fullnameOverride": FULLNAME,
+            # The stack applies the CRDs itself (Helm would never upgrade them).
+            "crds": {"enabled": False},
+            # EKS runs these; scraping them fails and their "down" alerts would fire forever.
+            "kubeControllerManager": {"enabled": False},
+            "kubeScheduler": {"enabled": False},
+            "kubeEtcd": {"enabled": False},
+            "kubeProxy": {"enabled": False},
+            "prometheusOperator": {
+                "nodeSelector": system,
+                "resources": _resources(requests.PROMETHEUS_OPERATOR, "256Mi"),
+                "admissionWebhooks": {"patch": {"nodeSelector": system}},
+            },
+            "prometheusConfigReloader": {"resources": reloader},
+            "prometheus": {
+                "prometheusSpec": {
+                    "nodeSelector": system,
+                    "resources": _resources(requests.PROMETHEUS, "4Gi"),
+                    "retention": f"{observe.retention_days}d",
+                    "retentionSize": f"{int(observe.storage_gib * 0.9)}GiB",
+                    "storageSpec": {
+                        "volumeClaimTemplate": {
+                            "spec": {
+                                "storageClassName": STORAGE_CLASS,
+                                "accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": f"{observe.storage_gib}Gi"}},
+                            }
+                        }
+                    },
+                    # Monitors and rules from every namespace, not only those labelled for this release.
+                    **{
+                        f"{kind}SelectorNilUsesHelmValues": False
+                        for kind in ("podMonitor", "serviceMonitor", "rule", "probe", "scrapeConfig")
+                    },
+                }
+            },
+            "alertmanager": {
+                "alertmanagerSpec": {
+                    "nodeSelector": system,
+                    "resources": _resources(requests.ALERTMANAGER, "256Mi"),
+                }
+            },
+            "grafana": {
+                "fullnameOverride": GRAFANA_SERVICE,
+                "nodeSelector": system,
+                "resources": _resources(requests.GRAFANA, "512Mi"),
+                "admin": {
+                    "existingSecret": GRAFANA_ADMIN_SECRET,
+                    "userKey": "admin-user",
+                    "passwordKey": "admin-password",
+                },
+                # No anonymous access (Grafana's default); the Ray dashboard embeds Grafana panels.
+                "grafana.ini": {"security": {"allow_embedding": True}},
+                "sidecar": {
+                    "dashboards": {
+                        "enabled": True,
+                        "label": DASHBOARD_LABEL,
+                        "labelValue": "1",
+                        "searchNamespace": "ALL",
+                        "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
+                        "provider": {"foldersFromFilesStructure": True},
+                    }
+                },
+            },
+            "kube-state-metrics": {
+                "nodeSelector": system,
+                "resources": _resources(requests.KUBE_STATE_METRICS, "256Mi"),
+            },
+            # On every node (its chart tolerates every NoSchedule taint, the GPU taint included).
+            "prometheus-node-exporter": {"resources": _resources(requests.NODE_EXPORTER, "64Mi")},
+        },
+        skip_crds=True,
+    )
+
+
+def kube_prometheus_stack_crds() -> list[str]:
+    return [versions.kube_prometheus_stack_crd_url(plural) for plural in versions.KUBE_PROMETHEUS_STACK_CRDS]
+
+
+def dcgm_exporter_chart() -> HelmChart:
+    """On the GPU nodes only; its ServiceMonitor is scraped like any other (every namespace)."""
+    return HelmChart(
+        chart="dcgm-exporter",
+        version=versions.DCGM_EXPORTER_CHART_VERSION,
+        repo=versions.DCGM_EXPORTER_CHART_REPO,
+        namespace=MONITORING_NAMESPACE,
+        values={
+            "nodeSelector": dict(GPU_NODE_SELECTOR),
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "serviceMonitor": {"enabled": True, "interval": "15s", "honorLabels": True},
+        },
+    )
+
+
+def storage_class() -> dict[str, Any]:
+    """gp3 through the EBS CSI driver, encrypted, created where the pod lands (the volume's zone)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS},
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+        "reclaimPolicy": "Delete",
+    }
+
+
+def monitoring_namespace() -> dict[str, Any]:
+    """node-exporter needs the host's network and PID namespaces and dcgm-exporter the kubelet's
+    pod-resources socket: privileged is enforced, baseline audited, so anything else stands out."""
+    return namespace(MONITORING_NAMESPACE, pod_security_labels("privileged", audit="baseline"))
+
+
+def _relabel_cluster() -> list[dict[str, Any]]:
+    return [
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_label_ray_io_cluster"],
+            "targetLabel": "ray_io_cluster",
+        }
+    ]
+
+
+def pod_monitors(settings: Settings) -> list[dict[str, Any]]:
+    """KubeRay's PodMonitors (config/prometheus/podMonitor.yaml at v1.7.0), in the serving namespace."""
+    serving_namespace = settings.serving.namespace
+
+    def monitor(name: str, node_type: str, ports: list[str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": {"name": name, "namespace": serving_namespace},
+            "spec": {
+                "jobLabel": name,
+                "selector": {"matchLabels": {"ray.io/node-type": node_type}},
+                "podMetricsEndpoints": [{"port": port, "relabelings": _relabel_cluster()} for port in ports],
+            },
+        }
+
+    return [
+        monitor("ray-head-monitor", "head", ["metrics", *HEAD_METRICS_PORTS]),
+        monitor("ray-workers-monitor", "worker", ["metrics"]),
+    ]
+
+
+def kuberay_service_monitor(settings: Settings) -> dict[str, Any]:
+    """The KubeRay operator's own metrics (RayService Ready, upgrades), from its Service's `http` port."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "kuberay-operator", "namespace": settings.kuberay.namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+            "endpoints": [{"port": "http", "path": "/metrics", "honorLabels": True}],
+        },
+    }
+
+
+SERVE_RUNNING = 6
+"""`ray_serve_application_status`: 0 UNKNOWN, 1 DEPLOY_FAILED, 2 UNHEALTHY, 3 NOT_STARTED, 4 DELETING,
+5 DEPLOYING, 6 RUNNING (ray/serve/_private/application_state.py, Ray 2.58)."""
+
+
+def alert_rules(settings: Settings) -> list[dict[str, Any]]:
+    """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec)."""
+    serving_namespace = settings.serving.namespace
+    objective = settings.observability.ttft_objective_seconds
+
+    def alert(name: str, expr: str, duration: str, severity: str, summary: str, description: str):
+        return {
+            "alert": name,
+            "expr": expr,
+            "for": duration,
+            "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description},
+        }
+
+    return [
+        {
+            "name": "ray-llm",
+            "rules": [
+                alert(
+                    "RayServeApplicationNotRunning",
+                    f"max by (application, ray_io_cluster) (ray_serve_application_status) != {SERVE_RUNNING}",
+                    "10m",
+                    "critical",
+                    "Serve application {{ $labels.application }} is not RUNNING",
+                    "Status code {{ $value }} (1 DEPLOY_FAILED, 2 UNHEALTHY, 5 DEPLOYING) for 10 minutes, "
+                    "longer than a Ray cluster change takes; `python -m ops status` shows why.",
+                ),
+                alert(
+                    "RayServiceNotReady",
+                    'max by (namespace, name) (kuberay_service_condition_ready{condition="false"}) == 1',
+                    "10m",
+                    "critical",
+                    "RayService {{ $labels.namespace }}/{{ $labels.name }} is not Ready",
+                    "KubeRay reports no serve endpoint for 10 minutes: requests fail.",
+                ),
+                alert(
+                    "NixlTransferFailures",
+                    "sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_failed_transfers_total[5m])"
+                    " + increase(ray_vllm_nixl_num_failed_notifications_total[5m])) > 0",
+                    "0m",
+                    "warning",
+                    "NIXL failed to move KV caches from prefill to decode",
+                    "{{ $value }} failed transfers or notifications in 5 minutes: those requests were "
+                    "recomputed or failed. Check the EFA device plugin and the workers' logs.",
+                ),
+                alert(
+                    "NixlKvRequestsExpired",
+                    "sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_kv_expired_reqs_total[5m])) > 0",
+                    "0m",
+                    "warning",
+                    "Prefill KV caches expired before decode fetched them",
+                    "{{ $value }} requests in 5 minutes: decode is too slow to pull, or lost the request.",
+                ),
+                alert(
+                    "KvCacheNearlyFull",
+                    "max by (ray_io_cluster, WorkerId) (ray_vllm_kv_cache_usage_perc) > 0.95",
+                    "10m",
+                    "warning",
+                    "An engine's KV cache has been above 95 % for 10 minutes",
+                    "Requests queue (num_requests_waiting) and latency grows: add replicas of that side "
+                    "or lower maxModelLen.",
+                ),
+                alert(
+                    "TimeToFirstTokenAboveObjective",
+                    "histogram_quantile(0.95, sum by (le, ray_io_cluster) "
+                    f"(rate(ray_vllm_time_to_first_token_seconds_bucket[5m]))) > {objective:g}",
+                    "10m",
+                    "warning",
+                    f"Time to first token p95 above {objective:g} s",
+                    "p95 {{ $value | humanizeDuration }} for 10 minutes "
+                    "(observability.ttftObjectiveSeconds).",
+                ),
+                alert(
+                    "GpuXidError",
+                    "max by (Hostname, gpu, err_code, err_msg) (DCGM_FI_DEV_XID_ERRORS) > 0",
+                    "0m",
+                    "critical",
+                    "XID {{ $labels.err_code }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }}",
+                    "{{ $labels.err_msg }}: the GPU reported an error; the worker on it may have failed.",
+                ),
+                alert(
+                    "GpuWorkerRestarting",
+                    "sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total"
+                    f'{{namespace="{serving_namespace}", container="ray-worker"}}[15m])) > 0',
+                    "0m",
+                    "warning",
+                    "GPU worker {{ $labels.pod }} restarted",
+                    "A prefill or decode worker restarted in the last 15 minutes (OOM, a GPU error, a "
+                    "failed health check): `kubectl describe pod` says why.",
+                ),
+            ],
+        }
+    ]
+
+
+def prometheus_rule(settings: Settings) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "ray-llm-alerts", "namespace": settings.serving.namespace},
+        "spec": {"groups": alert_rules(settings)},
+    }
+
+
+def ray_dashboards() -> dict[str, str]:
+    """Ray's own dashboards for the image's Ray: file name -> JSON."""
+    return {path.name: path.read_text() for path in sorted(RAY_DASHBOARDS.glob("*.json"))}
+
+
+def dashboard_config_maps(settings: Settings) -> list[dict[str, Any]]:
+    """One ConfigMap per dashboard, labelled for Grafana's sidecar, in a folder of their own."""
+    dashboards = {**ray_dashboards(), "pd_dashboard.json": json.dumps(pd_dashboard(settings), indent=2)}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"dashboard-{name.removesuffix('.json').replace('_', '-')}",
+                "namespace": MONITORING_NAMESPACE,
+                "labels": {DASHBOARD_LABEL: "1"},
+                "annotations": {DASHBOARD_FOLDER_ANNOTATION: DASHBOARD_FOLDER},
+            },
+            "data": {name: content},
+        }
+        for name, content in dashboards.items()
+    ]
+
+
+def head_dashboard_env() -> dict[str, str]:
+    """The Ray dashboard's metrics tabs: Grafana and Prometheus in the cluster for the head's own
+    queries, Grafana through `ops dashboards` for the browser's iframes."""
+    return {
+        "RAY_GRAFANA_HOST": f"http://{GRAFANA_SERVICE}.{MONITORING_NAMESPACE}.svc:{GRAFANA_PORT}",
+        "RAY_PROMETHEUS_HOST": f"http://{PROMETHEUS_SERVICE}.{MONITORING_NAMESPACE}.svc:{PROMETHEUS_PORT}",
+        "RAY_GRAFANA_IFRAME_HOST": GRAFANA_LOCAL_URL,
+    }
+
+
+@dataclass(frozen=True)
+class ObservabilityManifests:
+    namespace: dict[str, Any]
+    storage_class: dict[str, Any]
+    kube_prometheus_stack: HelmChart
+    dcgm_exporter: HelmChart
+    pod_monitors: list[dict[str, Any]]
+    kuberay_service_monitor: dict[str, Any]
+    prometheus_rule: dict[str, Any]
+    dashboards: list[dict[str, Any]]
+
+    def monitoring_objects(self) -> list[dict[str, Any]]:
+        """What needs the prometheus-operator CRDs, for `ops render` and the program alike."""
+        return [*self.pod_monitors, self.kuberay_service_monitor, self.prometheus_rule]
+
+
+def build_observability(settings: Settings) -> ObservabilityManifests:
+    return ObservabilityManifests(
+        namespace=monitoring_namespace(),
+        storage_class=storage_class(),
+        kube_prometheus_stack=kube_prometheus_stack_chart(settings),
+        dcgm_exporter=dcgm_exporter_chart(),
+        pod_monitors=pod_monitors(settings),
+        kuberay_service_monitor=kuberay_service_monitor(settings),
+        prometheus_rule=prometheus_rule(settings),
+        dashboards=dashboard_config_maps(settings),
+    )
