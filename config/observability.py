@@ -1,8 +1,7 @@
 """The `observability` section: Prometheus, Grafana and Alertmanager in the cluster (kube-prometheus-
 stack), GPU metrics (dcgm-exporter), the monitors that scrape Ray, Serve, vLLM and NIXL, the dashboards
-and the alerts. Off, the stack installs none of it; `ops render` still prints the monitors, rules and
-dashboards for a Prometheus you run yourself (Amazon Managed Prometheus through its collector, or your
-own prometheus-operator).
+and the alerts. Off, the stack installs none of it (for a Prometheus of your own: Ray's pods still
+serve their metrics on the ports the monitors name; docs/operations.md says what to scrape).
 """
 
 from __future__ import annotations
