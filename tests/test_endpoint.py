@@ -16,7 +16,7 @@ import pytest
 from config import ConfigError
 from tests.fakes import pulumi as harness
 from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, Secret, StackRun, run_stack
-from tests.validators import gateway_api_errors
+from tests.validators import crd_package_errors
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
@@ -208,13 +208,13 @@ class TestEnvoyGateway:
             }
             for kind in sorted(GATEWAY_API)
         ]
-        assert gateway_api_errors(objects) == [[], [], []]
+        assert crd_package_errors(objects) == [[], [], []]
 
     def test_the_schemas_catch_a_broken_route(self, dev_stack):
         route = gateway_object(dev_stack, "HTTPRoute").inputs
         broken = json.loads(json.dumps({k: route[k] for k in ("apiVersion", "kind", "metadata", "spec")}))
         broken["spec"]["rules"][0]["backendRefs"][0]["port"] = "8000"
-        (errors,) = gateway_api_errors([broken])
+        (errors,) = crd_package_errors([broken])
         assert any("port" in e for e in errors)
 
 

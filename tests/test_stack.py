@@ -153,7 +153,7 @@ class TestDevStackBuildsTheSeedSystem:
         assert exports["openaiBaseUrl"] == "http://127.0.0.1:8000/v1"
         assert json.loads(exports["kubeconfig"])["kind"] == "Config"
         assert "kubeconfig" in dev_stack.secret_exports
-        assert dev_stack.secret_exports == {"kubeconfig", "apiKeys"}
+        assert dev_stack.secret_exports == {"kubeconfig", "apiKeys", "grafanaAdminPassword"}
 
 
 class TestGraph:

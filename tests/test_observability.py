@@ -1,0 +1,449 @@
+"""Metrics, dashboards and alerts: what an operator of a disaggregated LLM service reads to know whether
+prefill/decode works.
+
+The failures these guard against are silent ones: a typo'd metric name (a panel stays empty, an alert
+never fires), a monitor whose selector or port matches no Ray pod, a Prometheus that ignores monitors
+outside its own release, a volume-less Prometheus that forgets on restart, a metrics stack that does
+not fit the system node, a Grafana with a default password, and an alert that fires on a routine
+upgrade or never at all (shown with promtool on synthetic series).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from config import ConfigError, load_settings
+from manifests.observability import alert_rules, build_observability, pod_monitors
+from manifests.pd_dashboard import pd_dashboard
+from manifests.rayservice import build_rayservice
+from planning import plan_stack
+from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_UNUSED
+from tests.fakes.kube import fixture_json
+from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config
+from tests.ray_dashboards import generate
+from tests.validators import crd_package_errors
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CUSTOM = "kubernetes:monitoring.coreos.com/v1"
+SYSTEM = {"role": "system"}
+ALERT_TESTS = ROOT / "tests" / "fixtures" / "alerts" / "ray-llm.test.yaml"
+KUBERAY_METRICS_PORT = "metrics"
+"""KubeRay adds it (8080) to each Ray container without it (ray-operator/controllers/ray/common/pod.go)."""
+
+
+def settings(**sections: dict[str, Any]):
+    config = stack_file_config("dev")
+    for section, values in sections.items():
+        config[f"ray-llm-eks:{section}"] = {**config.get(f"ray-llm-eks:{section}", {}), **values}
+    return load_settings(config)
+
+
+def release(run: StackRun, chart: str):
+    (found,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == chart]
+    return found
+
+
+def depends_on(reg, other) -> bool:
+    return other.urn in reg.dependencies
+
+
+def values(run: StackRun) -> dict[str, Any]:
+    return release(run, "kube-prometheus-stack").inputs["values"]
+
+
+class TestTheMetricsStack:
+    def test_everything_but_node_daemons_on_the_system_nodes(self, dev_stack):
+        v = values(dev_stack)
+        assert v["prometheus"]["prometheusSpec"]["nodeSelector"] == SYSTEM
+        assert v["alertmanager"]["alertmanagerSpec"]["nodeSelector"] == SYSTEM
+        assert v["prometheusOperator"]["nodeSelector"] == SYSTEM
+        assert v["prometheusOperator"]["admissionWebhooks"]["patch"]["nodeSelector"] == SYSTEM
+        assert v["grafana"]["nodeSelector"] == SYSTEM
+        assert v["kube-state-metrics"]["nodeSelector"] == SYSTEM
+
+    def test_prometheus_keeps_history_on_an_encrypted_gp3_volume(self, dev_stack):
+        spec = values(dev_stack)["prometheus"]["prometheusSpec"]
+        claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
+        assert claim["storageClassName"] == "gp3"
+        assert claim["resources"]["requests"]["storage"] == "50Gi"
+        assert (spec["retention"], spec["retentionSize"]) == ("15d", "45GiB")
+        storage = dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs
+        assert storage["provisioner"] == "ebs.csi.aws.com"
+        assert storage["parameters"] == {"type": "gp3", "encrypted": "true"}
+        assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
+        assert depends_on(
+            release(dev_stack, "kube-prometheus-stack"),
+            dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass"),
+        )
+
+    def test_retention_follows_the_config(self):
+        run = run_stack(overrides={"observability": {"retentionDays": 30, "storageGib": 200}})
+        spec = values(run)["prometheus"]["prometheusSpec"]
+        assert (spec["retention"], spec["retentionSize"]) == ("30d", "180GiB")
+
+    def test_prometheus_selects_monitors_and_rules_from_every_namespace(self, dev_stack):
+        spec = values(dev_stack)["prometheus"]["prometheusSpec"]
+        for kind in ("podMonitor", "serviceMonitor", "rule", "probe", "scrapeConfig"):
+            assert spec[f"{kind}SelectorNilUsesHelmValues"] is False, kind
+
+    def test_the_eks_managed_control_plane_is_not_scraped(self, dev_stack):
+        v = values(dev_stack)
+        for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
+            assert v[component] == {"enabled": False}, component
+
+    def test_crds_come_from_the_stack_at_the_charts_version_and_stay(self, dev_stack):
+        crds = dev_stack.one("kubernetes:yaml/v2:ConfigGroup", "observability-crds")
+        assert crds.retain_on_delete is True
+        assert len(crds.inputs["files"]) == 10
+        assert all("/kube-prometheus-stack-88.5.3/" in url for url in crds.inputs["files"])
+        chart = release(dev_stack, "kube-prometheus-stack")
+        assert chart.inputs["version"] == "88.5.3" and chart.inputs["skipCrds"] is True
+        assert chart.inputs["values"]["crds"] == {"enabled": False} and depends_on(chart, crds)
+
+    def test_the_ebs_csi_driver_has_its_own_pod_identity_role(self, dev_stack):
+        addon = dev_stack.one("aws:eks/addon:Addon", "observability-ebs-csi").inputs
+        assert addon["addonName"] == "aws-ebs-csi-driver"
+        (association,) = addon["podIdentityAssociations"]
+        assert association["serviceAccount"] == "ebs-csi-controller-sa"
+        role = dev_stack.one("aws:iam/role:Role", "observability-ebs-csi")
+        assert association["roleArn"] == f"arn:aws:mock::123456789012:{role.name}"
+        (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        policy = dev_stack.one("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "observability-ebs-csi")
+        assert policy.inputs["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicyV2"
+
+    def test_gpu_metrics_on_the_gpu_nodes_only_tolerating_their_taint(self, dev_stack):
+        dcgm = release(dev_stack, "dcgm-exporter")
+        assert dcgm.inputs["repositoryOpts"]["repo"] == "https://nvidia.github.io/dcgm-exporter/helm-charts"
+        assert dcgm.inputs["version"] == "4.8.2"
+        v = dcgm.inputs["values"]
+        assert v["nodeSelector"] == {"role": "gpu-worker"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in v["tolerations"]
+        # Without honorLabels its pod/namespace labels (the GPU's pod) become exported_pod, ...
+        assert v["serviceMonitor"]["honorLabels"] is True
+        assert depends_on(dcgm, dev_stack.one("eks:index:ManagedNodeGroup", "gpu-nodes"))
+        assert depends_on(dcgm, dev_stack.one("kubernetes:yaml/v2:ConfigGroup", "observability-crds"))
+
+
+class TestGrafana:
+    def test_admin_password_is_a_generated_secret_and_an_output(self, dev_stack):
+        password = dev_stack.exports["grafanaAdminPassword"]
+        assert len(password) == 32 and "grafanaAdminPassword" in dev_stack.secret_exports
+        secret = dev_stack.one("kubernetes:core/v1:Secret", "observability-grafana-admin")
+        data = secret.inputs["stringData"]
+        assert isinstance(data, Secret) and data.value == {"admin-user": "admin", "admin-password": password}
+        grafana = values(dev_stack)["grafana"]
+        assert grafana["admin"] == {
+            "existingSecret": "grafana-admin",
+            "userKey": "admin-user",
+            "passwordKey": "admin-password",
+        }
+        assert "adminPassword" not in grafana
+        for reg in dev_stack.registrations:
+            if reg.name != "observability-grafana-admin":
+                assert password not in json.dumps(reg.inputs, default=lambda _: "<secret>"), reg.name
+
+    def test_no_anonymous_access_and_embedding_for_the_ray_dashboard(self, dev_stack):
+        ini = values(dev_stack)["grafana"]["grafana.ini"]
+        assert "auth.anonymous" not in ini
+        assert ini["security"] == {"allow_embedding": True}
+
+    def test_dashboards_are_labelled_configmaps_for_the_sidecar(self, dev_stack):
+        sidecar = values(dev_stack)["grafana"]["sidecar"]["dashboards"]
+        assert (sidecar["label"], sidecar["labelValue"], sidecar["searchNamespace"]) == (
+            "grafana_dashboard",
+            "1",
+            "ALL",
+        )
+        maps = [
+            c
+            for c in dev_stack.of_type("kubernetes:core/v1:ConfigMap")
+            if c.name.startswith("observability-dashboard-")
+        ]
+        assert sorted(c.inputs["metadata"]["name"] for c in maps) == [
+            "dashboard-default-grafana-dashboard",
+            "dashboard-pd-dashboard",
+            "dashboard-serve-deployment-grafana-dashboard",
+            "dashboard-serve-grafana-dashboard",
+            "dashboard-serve-llm-grafana-dashboard",
+        ]
+        uids = set()
+        for config_map in maps:
+            assert config_map.inputs["metadata"]["labels"] == {"grafana_dashboard": "1"}
+            ((_, content),) = config_map.inputs["data"].items()
+            uids.add(json.loads(content)["uid"])
+        assert len(uids) == 5
+
+    def test_the_ray_dashboards_are_what_ray_2_58_generates(self):
+        """Regenerate with `make dashboards` after a Ray bump."""
+        committed = {
+            p.name: p.read_text() for p in (ROOT / "manifests" / "dashboards" / "ray-2.58.0").glob("*.json")
+        }
+        assert committed == generate()
+
+    def test_the_ray_head_points_its_metrics_tabs_at_grafana_and_prometheus(self, dev_stack):
+        head = dev_stack.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"][
+            "headGroupSpec"
+        ]
+        (container,) = head["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env == {
+            "RAY_GRAFANA_HOST": "http://grafana.monitoring.svc:80",
+            "RAY_PROMETHEUS_HOST": "http://kps-prometheus.monitoring.svc:9090",
+            "RAY_GRAFANA_IFRAME_HOST": "http://127.0.0.1:3000",
+        }
+
+
+class TestMonitors:
+    def test_pod_monitors_select_the_pods_kuberay_labels_and_the_ports_they_declare(self):
+        s = settings()
+        plan = plan_stack(s, stack="dev")
+        pods = fixture_json("pods.json")["items"]  # as KubeRay 1.7 labels a RayService's pods
+        cluster = build_rayservice(s, plan).to_dict()["spec"]["rayClusterConfig"]
+        declared = {
+            "head": [
+                p["name"] for p in cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]
+            ],
+            "worker": [],
+        }
+        monitors = {m["spec"]["selector"]["matchLabels"]["ray.io/node-type"]: m for m in pod_monitors(s)}
+        assert set(monitors) == {"head", "worker"}
+        for node_type, monitor in monitors.items():
+            wanted = monitor["spec"]["selector"]["matchLabels"]
+            matched = [p for p in pods if wanted.items() <= p["metadata"]["labels"].items()]
+            assert matched and all(p["metadata"]["labels"]["ray.io/node-type"] == node_type for p in matched)
+            for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+                assert endpoint["port"] in [*declared[node_type], KUBERAY_METRICS_PORT], endpoint["port"]
+                assert endpoint["relabelings"][0]["targetLabel"] == "ray_io_cluster"
+        head_ports = [e["port"] for e in monitors["head"]["spec"]["podMetricsEndpoints"]]
+        assert head_ports == ["metrics", "as-metrics", "dash-metrics"]
+
+    def test_monitors_and_rules_live_beside_the_rayservice_after_the_operator(self, dev_stack):
+        chart = release(dev_stack, "kube-prometheus-stack")
+        for kind, name in (
+            ("PodMonitor", "ray-head-monitor"),
+            ("PodMonitor", "ray-workers-monitor"),
+            ("PrometheusRule", "ray-llm-alerts"),
+        ):
+            reg = dev_stack.one(f"{CUSTOM}:{kind}", f"observability-{name}")
+            assert reg.inputs["metadata"]["namespace"] == "inference"
+            assert depends_on(reg, chart), name
+        operator = dev_stack.one(f"{CUSTOM}:ServiceMonitor", "observability-kuberay-operator")
+        assert operator.inputs["metadata"]["namespace"] == "kuberay-operator"
+        assert operator.inputs["spec"]["endpoints"] == [
+            {"port": "http", "path": "/metrics", "honorLabels": True}
+        ]
+
+    def test_monitors_and_rules_pass_the_prometheus_operator_schemas(self):
+        manifests = build_observability(settings())
+        objects = manifests.monitoring_objects()
+        assert crd_package_errors(objects) == [[] for _ in objects]
+
+    def test_the_schemas_catch_a_broken_monitor_and_rule(self):
+        manifests = build_observability(settings())
+        monitor = json.loads(json.dumps(manifests.pod_monitors[0]))
+        del monitor["spec"]["selector"]
+        rule = json.loads(json.dumps(manifests.prometheus_rule))
+        del rule["spec"]["groups"][0]["rules"][0]["expr"]
+        errors = crd_package_errors([monitor, rule])
+        assert all(errors), errors
+
+
+def _grafana_free(expr: str) -> str:
+    """A dashboard query with Grafana's variables replaced, as Grafana sends it to Prometheus."""
+    for variable, value in (
+        ("$__rate_interval", "5m"),
+        ("$__range", "1h"),
+        ("$__interval", "1m"),
+        ("$interval", "1m"),
+    ):
+        expr = expr.replace(variable, value)
+    expr = re.sub(r"\$\{?(\w+)(?::\w+)?\}?", ".*", expr)
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
+        if isinstance(selector, promql_parser.VectorSelector):
+            if selector.name:
+                names.add(selector.name)
+            for matcher in selector.matchers.matchers:
+                if matcher.name == "__name__" and matcher.op == promql_parser.MatchOp.Equal:
+                    names.add(matcher.value)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+def _panels(panels: list[dict[str, Any]]):
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels", []))
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    queries = [t["expr"] for p in _panels(dashboard["panels"]) for t in p.get("targets", []) if t.get("expr")]
+    queries += [
+        v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        for v in dashboard.get("templating", {}).get("list", [])
+        if v.get("type") == "query"
+    ]
+    return queries
+
+
+def _label_values(query: str) -> str:
+    """`label_values(metric, label)` (a Grafana variable query) as the PromQL selector it reads."""
+    match = re.fullmatch(r"label_values\((.+),\s*\w+\)", query.strip())
+    return match.group(1) if match else query
+
+
+@pytest.mark.parametrize("stack", STACKS)
+class TestPromQL:
+    def test_every_alert_parses_and_uses_only_exported_metrics(self, stack):
+        for group in alert_rules(load_settings(stack_file_config(stack))):
+            for rule in group["rules"]:
+                names = metric_names(rule["expr"])
+                assert names, rule["alert"]
+                assert names <= EXPORTED, f"{rule['alert']}: {sorted(names - EXPORTED)} are not exported"
+
+    def test_every_pd_dashboard_query_parses_and_uses_only_exported_metrics(self, stack):
+        dashboard = pd_dashboard(load_settings(stack_file_config(stack)))
+        queries = dashboard_queries(dashboard)
+        assert len(queries) >= 15
+        for query in queries:
+            names = metric_names(_grafana_free(_label_values(query)))
+            assert names and names <= EXPORTED, f"{query}: {sorted(names - EXPORTED)} are not exported"
+
+
+def test_the_pd_dashboard_answers_the_pd_questions():
+    dashboard = pd_dashboard(settings())
+    titles = [p["title"] for p in _panels(dashboard["panels"]) if p["type"] != "row"]
+    for needed in (
+        "Time to first token",
+        "Inter-token latency",
+        "Requests running and waiting",
+        "KV-cache usage",
+        "NIXL transfer latency",
+        "NIXL throughput",
+        "NIXL failures",
+        "GPU utilisation",
+    ):
+        assert any(t.startswith(needed) for t in titles), needed
+    per_side = [
+        p
+        for p in _panels(dashboard["panels"])
+        if p.get("title", "").startswith(("Time to first", "Inter-token", "Requests running"))
+    ]
+    assert all("group_left (deployment)" in t["expr"] for p in per_side for t in p["targets"])
+
+
+def test_ray_dashboards_parse_and_their_vllm_names_are_exported_but_for_known_upstream_gaps():
+    vllm_names: set[str] = set()
+    for content in generate().values():
+        for query in dashboard_queries(json.loads(content)):
+            names = metric_names(_grafana_free(_label_values(query)))
+            vllm_names |= {
+                n for n in names if n.startswith("ray_vllm_") and not n.startswith(RAY_DASHBOARD_UNUSED)
+            }
+    assert vllm_names - EXPORTED == RAY_DASHBOARD_GAPS
+
+
+def test_a_typo_in_a_metric_name_is_caught():
+    assert metric_names("sum(rate(ray_vllm_time_to_first_tokens_seconds_bucket[5m]))") - EXPORTED == {
+        "ray_vllm_time_to_first_tokens_seconds_bucket"
+    }
+    with pytest.raises(ValueError):
+        promql_parser.parse("sum(rate(ray_vllm_num_requests_running[5m])")
+
+
+def promtool() -> str:
+    found = shutil.which("promtool") or next(
+        (str(p) for p in (ROOT / ".cache" / "promtool").glob("usr/bin/promtool")), None
+    )
+    assert found, (
+        "promtool is not installed: .ci/run unpacks Debian's prometheus package into .cache/promtool"
+    )
+    return found
+
+
+class TestAlertsWithPromtool:
+    def test_the_rules_and_their_templates_are_valid(self, tmp_path: Path):
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(yaml.safe_dump({"groups": alert_rules(settings())}))
+        result = subprocess.run(
+            [promtool(), "check", "rules", str(rules)], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "SUCCESS: 8 rules found" in result.stdout
+
+    def test_each_alert_fires_and_stays_quiet_when_it_should(self, tmp_path: Path):
+        groups = alert_rules(settings())
+        for group in groups:
+            for rule in group["rules"]:
+                rule.pop(
+                    "annotations"
+                )  # promtool compares them to the letter; their templates are checked above
+        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+        shutil.copy(ALERT_TESTS, tmp_path / "tests.yaml")
+        result = subprocess.run(
+            [promtool(), "test", "rules", "tests.yaml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        tested = set(re.findall(r"alertname: (\w+)", ALERT_TESTS.read_text()))
+        assert tested == {r["alert"] for g in groups for r in g["rules"]}
+
+    def test_a_quieter_objective_changes_when_the_ttft_alert_fires(self, tmp_path: Path):
+        groups = alert_rules(settings(observability={"ttftObjectiveSeconds": 10}))
+        (rule,) = [r for g in groups for r in g["rules"] if r["alert"] == "TimeToFirstTokenAboveObjective"]
+        assert rule["expr"].endswith("> 10")
+
+
+class TestTheSystemNodesHoldIt:
+    def test_the_seed_system_node_is_refused_with_the_metrics_stack_naming_the_keys(self):
+        fits = (
+            r"serving.head.cpuRequest: 2 does not fit beside the system pods and the stack's own .*prometheus"
+        )
+        with pytest.raises(
+            ConfigError,
+            match=fits + r".*systemNodes.desiredSize 1",
+        ):
+            plan_stack(settings(systemNodes={"instanceType": "m7i.xlarge"}), stack="dev")
+
+    def test_a_second_seed_node_or_no_metrics_stack_makes_room(self):
+        plan_stack(
+            settings(systemNodes={"instanceType": "m7i.xlarge", "desiredSize": 2, "maxSize": 2}), stack="dev"
+        )
+        plan_stack(
+            settings(systemNodes={"instanceType": "m7i.xlarge"}, observability={"enabled": False}),
+            stack="dev",
+        )
+
+
+class TestSwitchedOff:
+    def test_nothing_of_it_and_the_head_keeps_its_env_empty(self):
+        run = run_stack(overrides={"observability": {"enabled": False}})
+        charts = {r.inputs["chart"] for r in run.of_type(RELEASE)}
+        assert not charts & {"kube-prometheus-stack", "dcgm-exporter"}
+        assert run.of_type("aws:eks/addon:Addon") and not any(
+            a.name.startswith("observability") for a in run.of_type("aws:eks/addon:Addon")
+        )
+        assert not [r for r in run.registrations if r.type.startswith(CUSTOM)]
+        assert "grafanaAdminPassword" not in run.exports
+        head = run.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]["headGroupSpec"]
+        assert "env" not in head["template"]["spec"]["containers"][0]
