@@ -25,6 +25,43 @@ SIDE = (
     f'(ray_serve_deployment_request_counter_total{{{CLUSTER}, deployment=~"(Prefill|Decode):.*"}} * 0 + 1)'
 )
 """Appended to a vLLM series: gives it the Serve deployment of the worker it came from."""
+NIXL = f"{{{CLUSTER}}}"
+NIXL_LATENCY = (
+    f"sum(rate(ray_vllm_nixl_xfer_time_seconds_sum{NIXL}[$__rate_interval])) / "
+    f"sum(rate(ray_vllm_nixl_xfer_time_seconds_count{NIXL}[$__rate_interval]))"
+)
+NIXL_THROUGHPUT = f"sum(rate(ray_vllm_nixl_bytes_transferred_sum{NIXL}[$__rate_interval]))"
+NIXL_FAILED = f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{NIXL}[$__rate_interval]))"
+NIXL_EXPIRED = f"sum(increase(ray_vllm_nixl_num_kv_expired_reqs_total{NIXL}[$__rate_interval]))"
+
+
+def as_prometheus_query(expr: str, window: str = "5m") -> str:
+    """A panel's query as Grafana sends it to Prometheus, every Ray cluster and a fixed window (what
+    `ops status` asks Prometheus)."""
+    return expr.replace("$__rate_interval", window).replace('=~"$cluster"', '=~".*"')
+
+
+STATUS_QUERIES = {
+    "ttft_p50": ("time to first token p50", "ray_vllm_time_to_first_token_seconds", 0.5),
+    "ttft_p95": ("time to first token p95", "ray_vllm_time_to_first_token_seconds", 0.95),
+    "itl_p50": ("inter-token latency p50", "ray_vllm_inter_token_latency_seconds", 0.5),
+    "itl_p95": ("inter-token latency p95", "ray_vllm_inter_token_latency_seconds", 0.95),
+}
+"""What `ops status` shows per side: (label, histogram, quantile)."""
+
+
+def status_queries() -> dict[str, str]:
+    """The PromQL behind `ops status`'s serving figures, the same queries the PD dashboard runs."""
+    queries = {
+        key: as_prometheus_query(quantile(q, histogram)) for key, (_, histogram, q) in STATUS_QUERIES.items()
+    }
+    queries |= {
+        "nixl_latency": as_prometheus_query(NIXL_LATENCY),
+        "nixl_throughput": as_prometheus_query(NIXL_THROUGHPUT),
+        "nixl_failures": as_prometheus_query(NIXL_FAILED),
+        "nixl_expired": as_prometheus_query(NIXL_EXPIRED),
+    }
+    return queries
 
 
 def per_side(selector: str) -> str:
@@ -78,7 +115,6 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
 
 def panels(settings: Settings) -> list[dict[str, Any]]:
     objective = settings.observability.ttft_objective_seconds
-    nixl = f"{{{CLUSTER}}}"
     return [
         _row(1, "Latency per side", 0),
         _panel(
@@ -144,14 +180,10 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             8,
             "NIXL transfer latency",
             [
-                (
-                    f"sum(rate(ray_vllm_nixl_xfer_time_seconds_sum{nixl}[$__rate_interval])) / "
-                    f"sum(rate(ray_vllm_nixl_xfer_time_seconds_count{nixl}[$__rate_interval]))",
-                    "mean",
-                ),
+                (NIXL_LATENCY, "mean"),
                 (
                     "histogram_quantile(0.95, sum by (le) "
-                    f"(rate(ray_vllm_nixl_xfer_time_seconds_bucket{nixl}[$__rate_interval])))",
+                    f"(rate(ray_vllm_nixl_xfer_time_seconds_bucket{NIXL}[$__rate_interval])))",
                     "p95",
                 ),
             ],
@@ -165,7 +197,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
         _panel(
             9,
             "NIXL throughput",
-            [(f"sum(rate(ray_vllm_nixl_bytes_transferred_sum{nixl}[$__rate_interval]))", "bytes/s")],
+            [(NIXL_THROUGHPUT, "bytes/s")],
             "Bps",
             8,
             19,
@@ -176,18 +208,12 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             10,
             "NIXL failures and expired requests",
             [
+                (NIXL_FAILED, "failed transfers"),
                 (
-                    f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{nixl}[$__rate_interval]))",
-                    "failed transfers",
-                ),
-                (
-                    f"sum(increase(ray_vllm_nixl_num_failed_notifications_total{nixl}[$__rate_interval]))",
+                    f"sum(increase(ray_vllm_nixl_num_failed_notifications_total{NIXL}[$__rate_interval]))",
                     "failed notifications",
                 ),
-                (
-                    f"sum(increase(ray_vllm_nixl_num_kv_expired_reqs_total{nixl}[$__rate_interval]))",
-                    "expired KV requests",
-                ),
+                (NIXL_EXPIRED, "expired KV requests"),
             ],
             "short",
             16,

@@ -20,6 +20,7 @@ from pathlib import Path
 from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
 from config.settings import ConfigError, Settings
+from ops.dashboards import Popen, default_popen, describe, forwards, run_forwards
 from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint
 from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings, stack_output
 
@@ -79,7 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
         "key from the stack's `apiKeys` output; without it, to the serve Service. --base-url calls a URL "
         f"instead (the key then from --stack, else ${API_KEY_ENV}). Exits 1 if any check fails.",
     )
-    for sub in (status, verify):
+    dashboards = commands.add_parser(
+        "dashboards",
+        help="Grafana, Prometheus and the Ray dashboard on localhost (kubectl port-forward), until Ctrl-C",
+        description="Port-forward Grafana (127.0.0.1:3000, where the Ray dashboard's metrics tabs load "
+        "their panels from), Prometheus (127.0.0.1:9090) and the Ray dashboard (127.0.0.1:8265) with "
+        "the stack's kubeconfig, print their URLs and Grafana's login, and keep them open until Ctrl-C. "
+        "Needs kubectl and the stack's metrics stack (observability.enabled).",
+    )
+    for sub in (status, verify, dashboards):
         where = sub.add_mutually_exclusive_group()
         where.add_argument(
             "--kubeconfig",
@@ -123,11 +132,14 @@ def main(
     connect: Connect | None = None,
     run: Runner = subprocess.run,
     clock: Callable[[], float] = time.monotonic,
+    popen: Popen = default_popen,
 ) -> int:
     args = build_parser().parse_args(argv)  # usage errors exit 2 here
     try:
         if args.command == "render":
             return _render(args)
+        if args.command == "dashboards":
+            return _dashboards(args, run, popen)
         return _against_cluster(args, connect or _connect_kube, run, clock)
     except ConfigError as error:
         print(f"ops: {error}", file=sys.stderr)
@@ -150,6 +162,20 @@ def _render(args: argparse.Namespace) -> int:
         progress(f"warning: {warning}")
     sys.stdout.write(render_manifests(settings, plan))
     return 0
+
+
+def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen) -> int:
+    settings: Settings | None = load_stack_settings(args.root, args.stack) if args.stack else None
+    if settings and not settings.observability.enabled:
+        raise OpsError(
+            f"stack {args.stack} runs no metrics stack (observability.enabled is false)", exit_code=2
+        )
+    namespace = args.namespace or (settings.serving.namespace if settings else DEFAULT_NAMESPACE)
+    name = args.name or (settings.serving.name if settings else DEFAULT_NAME)
+    chosen = forwards(namespace, name)
+    with _kubeconfig(args, run) as kubeconfig:
+        print(describe(chosen, args.stack), flush=True)
+        return run_forwards(chosen, kubeconfig, popen)
 
 
 def _connect_kube(options: ConnectOptions) -> KubeApi:

@@ -69,6 +69,11 @@ class KubeApi(Protocol):
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
 
+    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
+        """An instant query's result vector from the stack's Prometheus (through the API server's
+        service proxy); None when no Prometheus answers there."""
+        ...
+
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]: ...
 
     def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult: ...
@@ -250,6 +255,24 @@ class KubeClient:
             if getattr(error, "status", None) == 404:
                 return None
             raise self._failure(f"cannot read {plural} {namespace}/{name}", error) from None
+
+    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
+        from manifests.observability import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
+
+        path = (
+            f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/{PROMETHEUS_SERVICE}:{PROMETHEUS_PORT}"
+            "/proxy/api/v1/query"
+        )
+        try:
+            response = self._raw(path, "GET", query_params=[("query", query)], _request_timeout=API_TIMEOUT_S)
+            answer = json.loads(response.data)
+        except self._errors() as error:
+            if getattr(error, "status", None) in (404, 503):  # no such Service, or no ready Prometheus
+                return None
+            raise self._failure("cannot query Prometheus", error) from None
+        if answer.get("status") != "success":
+            raise OpsError(f"Prometheus refused a query: {answer.get('error', answer)}")
+        return answer["data"]["result"]
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return self._list(

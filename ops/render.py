@@ -1,8 +1,10 @@
 """`ops render`: the serving layer's Kubernetes objects (Namespace, service accounts, the model copy
 Job, the RayService, the serve readiness check) and the endpoint's (Envoy Gateway's namespace, the
-Gateway API objects, the key and timeout policies, the load balancer Service) as multi-document YAML,
-offline. Offline the AWS account is unknown, so the model cache's bucket name shows `<account-id>`.
-The API keys' Secret shows its clients with a placeholder: the keys exist only in Pulumi's state.
+Gateway API objects, the key and timeout policies, the load balancer Service) and the metrics stack's
+(its namespace, the gp3 StorageClass, the monitors, the alert rules, the dashboards) as multi-document
+YAML, offline; the Helm charts' values are in manifests/ as data. Offline the AWS account is unknown,
+so the model cache's bucket name shows `<account-id>`. The API keys' Secret shows its clients with a
+placeholder: the keys exist only in Pulumi's state.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -16,6 +18,7 @@ import yaml
 
 from config import Settings
 from manifests.endpoint import build_endpoint
+from manifests.observability import build_observability
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
 from planning import Plan
 
@@ -62,6 +65,14 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
             keys,
             *(m.to_dict() for m in endpoint.custom_resources()),
             endpoint.load_balancer.to_dict(),
+        ]
+    if settings.observability.enabled:
+        observability = build_observability(settings)
+        rendered += [
+            observability.namespace,
+            observability.storage_class,
+            *observability.monitoring_objects(),
+            *observability.dashboards,
         ]
     return rendered
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
+from manifests.pd_dashboard import STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi
 from planning import nodes
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
@@ -123,6 +124,47 @@ class EndpointStatus:
 
 
 @dataclass(frozen=True)
+class ServingMetrics:
+    """What Prometheus saw in the last 5 minutes: latency per side, and the KV cache over NIXL."""
+
+    latency: dict[str, dict[str, float]]
+    """STATUS_QUERIES key -> Serve deployment (Prefill:..., Decode:...) -> seconds."""
+    nixl: dict[str, float]
+    """nixl_latency (s), nixl_throughput (bytes/s), nixl_failures, nixl_expired."""
+
+    def format(self) -> list[str]:
+        lines = ["Serving metrics (Prometheus, last 5 minutes)"]
+        if not any(self.latency.values()) and not self.nixl:
+            return [*lines, "  no requests yet"]
+        for key, (label, _, _) in STATUS_QUERIES.items():
+            sides = self.latency.get(key) or {}
+            shown = ", ".join(f"{side} {_seconds(value)}" for side, value in sorted(sides.items())) or "-"
+            lines.append(f"  {label}: {shown}")
+        if self.nixl:
+            n = self.nixl
+            lines.append(
+                f"  NIXL: transfer {_seconds(n.get('nixl_latency'))}, "
+                f"{_rate(n.get('nixl_throughput'))}, {_count(n.get('nixl_failures'))} failed, "
+                f"{_count(n.get('nixl_expired'))} expired KV requests"
+            )
+        return lines
+
+
+def _seconds(value: float | None) -> str:
+    if value is None or value != value:  # NaN: no samples
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value / 1e9:.2f} GB/s"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.0f}"
+
+
+@dataclass(frozen=True)
 class StatusReport:
     namespace: str
     name: str
@@ -132,6 +174,8 @@ class StatusReport:
     gpu_nodes: tuple[GpuNodeInfo, ...]
     endpoint: EndpointStatus | None = None
     """None when the RayService has no Gateway (the endpoint is off)."""
+    metrics: ServingMetrics | None = None
+    """None when no Prometheus of the stack answers (observability off)."""
 
     def format(self) -> str:
         lines = [f"RayService {self.namespace}/{self.name}"]
@@ -189,6 +233,8 @@ class StatusReport:
             lines.append(
                 f"Endpoint: no Gateway {self.namespace}/{self.name} (endpoint off: use kubectl port-forward)"
             )
+        lines.append("")
+        lines += self.metrics.format() if self.metrics else ["Serving metrics: no Prometheus in the stack"]
         return "\n".join(lines)
 
 
@@ -201,8 +247,11 @@ def collect_status(api: KubeApi, namespace: str, name: str, progress: Progress =
     nodes = api.list_nodes(GPU_NODE_SELECTOR)
     progress(f"reading the endpoint's Gateway {namespace}/{name}")
     endpoint = collect_endpoint(api, namespace, name)
+    progress("asking Prometheus for latency and NIXL figures")
+    metrics = collect_metrics(api)
     return StatusReport(
         endpoint=endpoint,
+        metrics=metrics,
         namespace=namespace,
         name=name,
         rayservice=parse_rayservice(rayservice) if rayservice is not None else None,
@@ -238,6 +287,20 @@ def collect_endpoint(api: KubeApi, namespace: str, name: str) -> EndpointStatus 
         scheme=annotations.get("service.beta.kubernetes.io/aws-load-balancer-scheme", "internal"),
         port=ports[0].get("port") if ports else None,
     )
+
+
+def collect_metrics(api: KubeApi) -> ServingMetrics | None:
+    latency: dict[str, dict[str, float]] = {}
+    nixl: dict[str, float] = {}
+    for key, query in status_queries().items():
+        result = api.prometheus_query(query)
+        if result is None:
+            return None
+        if key in STATUS_QUERIES:
+            latency[key] = {r["metric"].get("deployment", "?"): float(r["value"][1]) for r in result}
+        elif result:
+            nixl[key] = float(result[0]["value"][1])
+    return ServingMetrics(latency, nixl)
 
 
 def _first(obj: Mapping[str, Any] | None, statuses: str) -> list[Mapping[str, Any]] | None:

@@ -24,6 +24,7 @@ ENDPOINT_KINDS = (
     "BackendTrafficPolicy",
     "Service",
 )
+OBSERVABILITY_KINDS = ("StorageClass", "PodMonitor", "ServiceMonitor", "PrometheusRule")
 
 
 def render(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -41,12 +42,36 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     code, out, err = render(capsys, "--stack", stack, "--account-id", "123456789012")  # the mocks' account
 
     run = run_stack(stack=stack)
-    kinds = ("Namespace", "ServiceAccount", "ConfigMap", "Job", "RayService", "DaemonSet", *ENDPOINT_KINDS)
-    fields = ("apiVersion", "kind", "metadata", "spec", "data", "type")
+    kinds = (
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Job",
+        "RayService",
+        "DaemonSet",
+        *ENDPOINT_KINDS,
+        *OBSERVABILITY_KINDS,
+    )
+    fields = (
+        "apiVersion",
+        "kind",
+        "metadata",
+        "spec",
+        "data",
+        "type",
+        "provisioner",
+        "parameters",
+        "volumeBindingMode",
+        "allowVolumeExpansion",
+        "reclaimPolicy",
+    )
     program = {
         (r.inputs["kind"], r.inputs["metadata"]["name"]): {k: r.inputs[k] for k in fields if k in r.inputs}
         for r in run.registrations
-        if r.custom and r.inputs.get("kind") in kinds and r.name.startswith(("ray-llm-", "endpoint-"))
+        if r.custom
+        and r.inputs.get("kind") in kinds
+        and r.name.startswith(("ray-llm-", "endpoint-", "observability-"))
+        and r.name != "observability-grafana-admin"  # a Secret of generated values, which render never shows
     }
     assert code == 0, err
     documents = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out)}
@@ -68,7 +93,7 @@ def test_render_never_prints_a_key_given_in_the_stack_file(tmp_path, capsys):
     code, out, err = render(capsys, "--stack", "keys", "--root", str(tmp_path))
 
     assert code == 0, err
-    assert "v1:c2VjcmV0" not in out and "encrypted" not in out
+    assert "v1:c2VjcmV0" not in out and "<encrypted in the stack file>" not in out
     assert f"default: '{KEY_PLACEHOLDER}'" in out
 
 

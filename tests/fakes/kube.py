@@ -74,6 +74,8 @@ class FakeKubeApi:
     stream: list[str]
     objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
     """(apiVersion, plural, namespace, name) -> object, for get_object."""
+    prometheus: dict[str, list[dict[str, Any]]] | None = None
+    """query -> result vector; None: no Prometheus in the stack."""
     api_key: str | None = None
     """Set: HTTP goes through a gateway that answers 401 unless a request carries this key."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -121,6 +123,12 @@ class FakeKubeApi:
         self.calls.append(("get_object", api_version, plural, namespace, name))
         found = self.objects.get((api_version, plural, namespace, name))
         return copy.deepcopy(found) if found is not None else None
+
+    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
+        self.calls.append(("prometheus_query", query))
+        if self.prometheus is None:
+            return None
+        return copy.deepcopy(self.prometheus.get(query, []))
 
     def _refused(self, headers: Mapping[str, str] | None) -> bool:
         """What Envoy's api_key_auth filter decides: the key from x-api-key or Authorization (a

@@ -1,0 +1,162 @@
+"""`ops status` with the stack's Prometheus (latency per side, NIXL figures) and `ops dashboards`
+(Grafana, Prometheus and the Ray dashboard through port-forwards), against fakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from manifests.pd_dashboard import status_queries
+from ops.cli import main
+from ops.status import collect_status
+from tests.fakes.kube import healthy_cluster
+from tests.fakes.pulumi import ROOT
+
+PREFILL, DECODE = "Prefill:qwen3_5-9b", "Decode:qwen3_5-9b"
+
+
+def vector(value: float, **labels: str) -> dict[str, Any]:
+    return {"metric": labels, "value": [1764600000.0, str(value)]}
+
+
+def prometheus_answers() -> dict[str, list[dict[str, Any]]]:
+    queries = status_queries()
+    return {
+        queries["ttft_p50"]: [vector(0.21, deployment=PREFILL), vector(0.23, deployment=DECODE)],
+        queries["ttft_p95"]: [vector(0.48, deployment=PREFILL), vector(0.52, deployment=DECODE)],
+        queries["itl_p50"]: [vector(0.019, deployment=DECODE)],
+        queries["itl_p95"]: [vector(0.031, deployment=DECODE)],
+        queries["nixl_latency"]: [vector(0.0031)],
+        queries["nixl_throughput"]: [vector(1.2e9)],
+        queries["nixl_failures"]: [vector(0)],
+        queries["nixl_expired"]: [vector(0)],
+    }
+
+
+def test_status_shows_latency_per_side_and_the_kv_cache_over_nixl():
+    cluster = healthy_cluster()
+    cluster.prometheus = prometheus_answers()
+
+    report = collect_status(cluster, "inference", "ray-llm").format()
+
+    assert "Serving metrics (Prometheus, last 5 minutes)" in report
+    assert f"time to first token p95: {DECODE} 520 ms, {PREFILL} 480 ms" in report
+    assert f"inter-token latency p50: {DECODE} 19 ms" in report
+    assert "NIXL: transfer 3 ms, 1.20 GB/s, 0 failed, 0 expired KV requests" in report
+
+
+def test_status_asks_prometheus_the_pd_dashboards_own_queries():
+    cluster = healthy_cluster()
+    cluster.prometheus = prometheus_answers()
+
+    collect_status(cluster, "inference", "ray-llm")
+
+    asked = [c[1] for c in cluster.calls if c[0] == "prometheus_query"]
+    assert asked == list(status_queries().values())
+    assert all("$" not in query for query in asked)  # no Grafana variable reaches Prometheus
+
+
+def test_status_before_any_request_and_without_prometheus():
+    cluster = healthy_cluster()
+    cluster.prometheus = {}
+    assert (
+        "Serving metrics (Prometheus, last 5 minutes)\n  no requests yet"
+        in collect_status(cluster, "inference", "ray-llm").format()
+    )
+    cluster.prometheus = None
+    assert (
+        "Serving metrics: no Prometheus in the stack"
+        in collect_status(cluster, "inference", "ray-llm").format()
+    )
+
+
+class FakeProcess:
+    def __init__(self, command: list[str], exits_after: int | None):
+        self.command = command
+        self.polls = 0
+        self.exits_after = exits_after
+        self.terminated = False
+
+    def poll(self) -> int | None:
+        self.polls += 1
+        if self.terminated:
+            return -15
+        return 1 if self.exits_after is not None and self.polls > self.exits_after else None
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+    def wait(self, timeout: float | None = None) -> int:
+        return -15
+
+
+def stack_outputs(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "eks"}]}
+    return subprocess.CompletedProcess(command, 0, json.dumps(kubeconfig), "")
+
+
+def test_dashboards_forwards_grafana_prometheus_and_ray_until_one_stops(capsys):
+    started: list[FakeProcess] = []
+
+    def popen(command):
+        started.append(FakeProcess(list(command), exits_after=3 if "svc/kps-prometheus" in command else None))
+        return started[-1]
+
+    code = main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen)
+
+    out, err = capsys.readouterr()
+    assert code == 1 and "the port-forward to Prometheus stopped" in err
+    targets = [(p.command[p.command.index("--namespace") + 1], p.command[-2], p.command[-1]) for p in started]
+    assert targets == [
+        ("monitoring", "svc/grafana", "3000:80"),
+        ("monitoring", "svc/kps-prometheus", "9090:9090"),
+        ("inference", "svc/ray-llm-head-svc", "8265:8265"),
+    ]
+    assert all("--kubeconfig" in p.command for p in started)
+    assert all(p.terminated for p in started if "svc/kps-prometheus" not in p.command)
+    assert "http://127.0.0.1:3000  (user admin, password: `pulumi stack output grafanaAdminPassword" in out
+    assert "http://127.0.0.1:3000/d/rayLlmPdDisaggregation" in out
+
+
+def test_dashboards_stop_cleanly_on_ctrl_c(capsys):
+    started: list[FakeProcess] = []
+
+    interrupted = []
+
+    class Interrupting(FakeProcess):
+        def poll(self) -> int | None:
+            if not interrupted and self.polls >= 2:
+                interrupted.append(True)  # Ctrl-C arrives once, while the command waits
+                raise KeyboardInterrupt
+            return super().poll()
+
+    def popen(command):
+        started.append(Interrupting(list(command), exits_after=None))
+        return started[-1]
+
+    assert main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen) == 0
+    assert all(p.terminated for p in started)
+
+
+def test_dashboards_of_a_stack_without_metrics_is_a_usage_error(tmp_path, capsys):
+    stack = (ROOT / "Pulumi.dev.yaml").read_text() + "  ray-llm-eks:observability:\n    enabled: false\n"
+    (tmp_path / "Pulumi.bare.yaml").write_text(stack)
+
+    code = main(["dashboards", "--stack", "bare", "--root", str(tmp_path)], run=stack_outputs)
+
+    assert code == 2
+    assert "runs no metrics stack" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["kubectl"])
+def test_dashboards_without_kubectl_says_so(missing, capsys):
+    def popen(command):
+        raise FileNotFoundError(missing)
+
+    code = main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen)
+
+    assert code == 2
+    assert "kubectl is not installed" in capsys.readouterr().err
