@@ -133,13 +133,14 @@ def main(
     run: Runner = subprocess.run,
     clock: Callable[[], float] = time.monotonic,
     popen: Popen = default_popen,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     args = build_parser().parse_args(argv)  # usage errors exit 2 here
     try:
         if args.command == "render":
             return _render(args)
         if args.command == "dashboards":
-            return _dashboards(args, run, popen)
+            return _dashboards(args, run, popen, sleep)
         return _against_cluster(args, connect or _connect_kube, run, clock)
     except ConfigError as error:
         print(f"ops: {error}", file=sys.stderr)
@@ -164,7 +165,7 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen) -> int:
+def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen, sleep: Callable[[float], None]) -> int:
     settings: Settings | None = load_stack_settings(args.root, args.stack) if args.stack else None
     if settings and not settings.observability.enabled:
         raise OpsError(
@@ -175,7 +176,7 @@ def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen) -> int:
     chosen = forwards(namespace, name)
     with _kubeconfig(args, run) as kubeconfig:
         print(describe(chosen, args.stack), flush=True)
-        return run_forwards(chosen, kubeconfig, popen)
+        return run_forwards(chosen, kubeconfig, popen, sleep)
 
 
 def _connect_kube(options: ConnectOptions) -> KubeApi:

@@ -93,6 +93,10 @@ class FakeProcess:
         return -15
 
 
+def no_wait(_: float) -> None:
+    """The command's poll interval, without the wait."""
+
+
 def stack_outputs(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
     kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "eks"}]}
     return subprocess.CompletedProcess(command, 0, json.dumps(kubeconfig), "")
@@ -105,7 +109,9 @@ def test_dashboards_forwards_grafana_prometheus_and_ray_until_one_stops(capsys):
         started.append(FakeProcess(list(command), exits_after=3 if "svc/kps-prometheus" in command else None))
         return started[-1]
 
-    code = main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen)
+    code = main(
+        ["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen, sleep=no_wait
+    )
 
     out, err = capsys.readouterr()
     assert code == 1 and "the port-forward to Prometheus stopped" in err
@@ -137,7 +143,15 @@ def test_dashboards_stop_cleanly_on_ctrl_c(capsys):
         started.append(Interrupting(list(command), exits_after=None))
         return started[-1]
 
-    assert main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen) == 0
+    assert (
+        main(
+            ["dashboards", "--stack", "dev", "--root", str(ROOT)],
+            run=stack_outputs,
+            popen=popen,
+            sleep=no_wait,
+        )
+        == 0
+    )
     assert all(p.terminated for p in started)
 
 
@@ -156,7 +170,9 @@ def test_dashboards_without_kubectl_says_so(missing, capsys):
     def popen(command):
         raise FileNotFoundError(missing)
 
-    code = main(["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen)
+    code = main(
+        ["dashboards", "--stack", "dev", "--root", str(ROOT)], run=stack_outputs, popen=popen, sleep=no_wait
+    )
 
     assert code == 2
     assert "kubectl is not installed" in capsys.readouterr().err
