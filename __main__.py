@@ -27,6 +27,7 @@ import pulumi_aws as aws
 from pulumi.runtime import config as runtime_config
 
 from components.cluster import Cluster
+from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
 from components.endpoint import Endpoint
 from components.gpu_node_group import GpuNodeGroup
@@ -37,6 +38,7 @@ from components.network import Network
 from components.observability import Observability
 from components.rayservice import RayService
 from config import PROJECT, ConfigError, Settings, load_settings
+from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags
 from manifests.endpoint import build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
@@ -45,6 +47,7 @@ from manifests.rayservice import build_serving
 from planning import plan_stack
 from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
+from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
 
@@ -149,13 +152,26 @@ def main() -> None:
         vpc_id=network.vpc_id,
         private_subnet_ids=network.private_subnet_ids,
     )
+    autoscaled = cluster_autoscaling(settings)
     gpu_nodes = GpuNodeGroup(
         "gpu",
         config=settings.gpu_nodes,
         cluster=cluster,
         zone=zones.gpu_zone,
         subnet_id=network.private_subnet_by_zone[zones.gpu_zone],
+        autoscaled=autoscaled,
+        tags=node_group_tags(plan.gpu.efa_interfaces) if autoscaled else {},
     )
+    if autoscaled:
+        ClusterAutoscaler(
+            "cluster-autoscaler",
+            chart=cluster_autoscaler_chart(settings, cluster_name=plan.cluster_name),
+            cluster_name=cluster.cluster_name,
+            plain_cluster_name=plan.cluster_name,
+            partition=partition_of(settings.region),
+            provider=cluster.provider,
+            after=[cluster.system_node_group, cluster.pod_identity_agent, gpu_nodes.node_group],
+        )
     device_plugins = DevicePlugins(
         "device-plugins",
         provider=cluster.provider,
@@ -198,6 +214,7 @@ def main() -> None:
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
+        parked=settings.autoscaling.parked,
     )
 
     endpoint_manifests = build_endpoint(settings)

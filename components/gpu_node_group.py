@@ -46,10 +46,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
         cluster: Cluster,
         zone: str,
         subnet_id: pulumi.Input[str],
+        autoscaled: bool,
+        tags: dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
-        planning/zones.py); `subnet_id`: the private subnet in that zone."""
+        planning/zones.py); `subnet_id`: the private subnet in that zone; `autoscaled`: Cluster
+        Autoscaler sizes the group, so Pulumi ignores its desired size; `tags`: the node group's
+        (what Cluster Autoscaler reads for scale from zero)."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
         self.node_group = eks.ManagedNodeGroup(
@@ -71,6 +75,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             enable_efa_support=True,
             placement_group_availability_zone=zone,
             enable_imd_sv2=True,
+            # Cluster Autoscaler changes the desired size: an `up` must not set it back.
+            ignore_scaling_changes=True if autoscaled else None,
+            tags=tags or None,
             # Nodes cannot join before the node role has its policies.
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=cluster.node_role_policies, transforms=[no_surge]

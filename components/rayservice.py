@@ -22,9 +22,9 @@ class RayService(pulumi.ComponentResource):
     """Namespace of the RayService and its Service."""
     service_name: pulumi.Output[str]
     """The OpenAI-compatible endpoint's Service (`<name>-serve-svc`, port 8000)."""
-    resource: k8s.apiextensions.CustomResource
-    """The RayService custom resource."""
-    ready_check: k8s.batch.v1.Job
+    resource: k8s.apiextensions.CustomResource | None
+    """The RayService custom resource (None while parked)."""
+    ready_check: k8s.batch.v1.Job | None
     """Completes once the RayService's serve config is the one RUNNING (jobs/serve_ready.py)."""
 
     def __init__(
@@ -36,11 +36,13 @@ class RayService(pulumi.ComponentResource):
         provider: k8s.Provider,
         depends_on: Sequence[pulumi.Resource],
         copy_after: Sequence[pulumi.Resource] = (),
+        parked: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`depends_on`: the KubeRay CRDs and release, the GPU node group and the device plugins (so the
         workers can be scheduled at all), and the model cache's Pod Identity associations;
-        `copy_after`: what the model copy Job needs (the system nodes, its Pod Identity)."""
+        `copy_after`: what the model copy Job needs (the system nodes, its Pod Identity); `parked`: no
+        RayService (and no GPU workers) and no readiness check, everything else as when serving."""
         super().__init__("ray-llm-eks:rayservice:RayService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=manifests.namespace["metadata"], opts=child)
@@ -88,6 +90,13 @@ class RayService(pulumi.ComponentResource):
                 )
             )
 
+        self.namespace = namespace.metadata.name
+        self.service_name = pulumi.Output.from_input(manifests.service_name)
+        self.resource = None
+        self.ready_check = None
+        if parked:
+            self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})
+            return
         rendered = manifests.rayservice.to_dict()
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
@@ -109,8 +118,6 @@ class RayService(pulumi.ComponentResource):
         self.ready_check = self._program_job(
             f"{name}-ready-check", manifests.ready_check, child, [self.resource]
         )
-        self.namespace = namespace.metadata.name
-        self.service_name = pulumi.Output.from_input(manifests.service_name)
         self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})
 
     @staticmethod

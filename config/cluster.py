@@ -136,9 +136,23 @@ class GpuNodesConfig(NodeGroupConfig):
         description="EFA-capable GPU instance type of the worker node group (one of the catalogued "
         "types in planning/catalog.py, which the pod sizing and the fit check read).",
     )
-    min_size: int = Field(2, ge=1, description="Minimum number of GPU nodes.")
-    desired_size: int = Field(2, ge=1, description="Number of GPU nodes at creation.")
-    max_size: int = Field(2, ge=1, description="Maximum number of GPU nodes.")
+    min_size: int = Field(
+        0,
+        ge=0,
+        description="Fewest GPU nodes. Below maxSize, Cluster Autoscaler sizes the group between the two to "
+        "the GPU worker pods (0: it may remove them all, which parking needs).",
+    )
+    desired_size: int = Field(
+        2,
+        ge=0,
+        description="GPU nodes at creation; with Cluster Autoscaler running, its business afterwards "
+        "(Pulumi leaves it alone).",
+    )
+    max_size: int = Field(
+        2,
+        ge=1,
+        description="Most GPU nodes; the fit check, the workers' limits and the upgrade path reason on it.",
+    )
     availability_zone: AvailabilityZone | None = Field(
         None,
         description="The one zone the GPU nodes live in (EFA does not cross zones). Default: on the first "

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError
 
+from config.autoscaling import AutoscalingConfig
 from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.endpoint import EndpointConfig
@@ -49,6 +50,7 @@ class Settings(StrictModel):
     model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)  # type: ignore[arg-type]
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)  # type: ignore[arg-type]
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # type: ignore[arg-type]
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)  # type: ignore[arg-type]
     api_keys: dict[str, SecretStr] = Field(
         {},
         description="API keys you choose instead of generated ones, by client name (each must be one of "
@@ -87,6 +89,19 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
                 f"{project}:endpoint.certificateArn: the certificate is in {cert_region}, but an NLB in "
                 f"{REGION_KEY} {settings.region} can only use a certificate of its own region"
             )
+    scaling, model = settings.autoscaling, settings.model
+    for side, minimum in (("prefill", model.prefill_replicas), ("decode", model.decode_replicas)):
+        maximum = getattr(scaling, side).max_replicas
+        if maximum is not None and maximum < minimum:
+            problems.append(
+                f"{project}:autoscaling.{side}.maxReplicas: {maximum} is below {project}:model."
+                f"{side}Replicas {minimum}, the side's minimum"
+            )
+    if scaling.parked and settings.gpu_nodes.min_size > 0:
+        problems.append(
+            f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
+            f"{project}:gpuNodes.minSize {settings.gpu_nodes.min_size}; set it to 0 to park"
+        )
     for client, key in sorted(settings.api_keys.items()):
         if client not in endpoint.clients:
             problems.append(

@@ -123,6 +123,11 @@ DCGM_EXPORTER_CHART_VERSION = "4.8.2"
 
 DCGM_EXPORTER_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+"""`cluster-autoscaler` from https://kubernetes.github.io/autoscaler (app 1.35, the cluster's minor)."""
+
+CLUSTER_AUTOSCALER_CHART_REPO = "https://kubernetes.github.io/autoscaler"
+
 VLLM_VERSION = "0.26.0"
 """vLLM in the image: Ray 2.58.0's `llm` extra pins `vllm[audio]==0.26.0` (and NIXL 1.3.1). The alert
 rules and the PD dashboard use the metric names this version exports (through Ray: `ray_vllm_*`)."""

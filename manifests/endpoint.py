@@ -24,6 +24,7 @@ upstream and decided here (Envoy Gateway v1.9.0, AWS Load Balancer Controller v3
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,10 +89,46 @@ class RouteTimeouts(K8sModel):
     request: str
 
 
+class ExtensionRef(K8sModel):
+    group: str
+    kind: str
+    name: str
+
+
+class RouteFilter(K8sModel):
+    type: Literal["ExtensionRef"]
+    extension_ref: ExtensionRef
+
+
 class RouteRule(K8sModel):
     matches: list[RouteMatch]
-    backend_refs: list[BackendRef]
-    timeouts: RouteTimeouts
+    backend_refs: list[BackendRef] | None = None
+    filters: list[RouteFilter] | None = None
+    timeouts: RouteTimeouts | None = None
+
+
+class InlineBody(K8sModel):
+    type: Literal["Inline"] = "Inline"
+    inline: str
+
+
+class DirectResponse(K8sModel):
+    content_type: str
+    body: InlineBody
+    status_code: int
+
+
+class HTTPRouteFilterSpec(K8sModel):
+    direct_response: DirectResponse
+
+
+class HTTPRouteFilter(Manifest):
+    """Envoy Gateway's filter answering a route itself: what the endpoint says while the stack is parked."""
+
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    kind: Literal["HTTPRouteFilter"] = "HTTPRouteFilter"
+    metadata: ObjectMeta
+    spec: HTTPRouteFilterSpec
 
 
 class HTTPRouteSpec(K8sModel):
@@ -294,6 +331,8 @@ class EndpointManifests:
     client_traffic_policy: ClientTrafficPolicy
     backend_traffic_policy: BackendTrafficPolicy
     load_balancer: LoadBalancerService
+    parked_response: HTTPRouteFilter | None
+    """While parked: the route answers 503 with this instead of reaching Ray."""
     api_keys_secret: str
     """Secret in the serving namespace: one data key per client, its API key as the value."""
     clients: tuple[str, ...]
@@ -304,6 +343,7 @@ class EndpointManifests:
             self.gateway_class,
             self.envoy_proxy,
             self.gateway,
+            *([self.parked_response] if self.parked_response else []),
             self.route,
             self.security_policy,
             self.client_traffic_policy,
@@ -397,6 +437,38 @@ def load_balancer_annotations(settings: Settings) -> dict[str, str]:
     return annotations
 
 
+PARKED_MESSAGE = {
+    "error": {
+        "message": "This model is parked: its GPUs are stopped to save cost. Ask its operators to unpark it "
+        "(autoscaling.parked: false, then pulumi up); serving resumes in about 15 minutes.",
+        "type": "service_unavailable",
+        "code": 503,
+    }
+}
+"""The body of every request while parked, in the OpenAI API's error shape."""
+
+
+def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
+    matches = [RouteMatch(path=PathMatch(type="PathPrefix", value=API_PATH))]
+    if parked_filter:
+        return RouteRule(
+            matches=matches,
+            filters=[
+                RouteFilter(
+                    type="ExtensionRef",
+                    extension_ref=ExtensionRef(
+                        group=ENVOY_GATEWAY_API, kind="HTTPRouteFilter", name=parked_filter
+                    ),
+                )
+            ],
+        )
+    return RouteRule(
+        matches=matches,
+        backend_refs=[BackendRef(name=serve_service_name(settings.serving.name), port=SERVE_PORT)],
+        timeouts=RouteTimeouts(request=_seconds(settings.endpoint.request_timeout_seconds)),
+    )
+
+
 def build_endpoint(settings: Settings) -> EndpointManifests | None:
     """None when `endpoint.enabled` is false."""
     endpoint = settings.endpoint
@@ -410,6 +482,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
     route_ref = LocalRef(group=GATEWAY_API, kind="HTTPRoute", name=name)
     gateway_ref = LocalRef(group=GATEWAY_API, kind="Gateway", name=name)
     proxy_name = f"{name}-proxy"
+    parked_name = f"{name}-parked" if settings.autoscaling.parked else None
     envoy_requests = Resources(
         requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
     )
@@ -447,13 +520,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
             metadata=meta(name),
             spec=HTTPRouteSpec(
                 parent_refs=[ParentRef(name=name, section_name=LISTENER)],
-                rules=[
-                    RouteRule(
-                        matches=[RouteMatch(path=PathMatch(type="PathPrefix", value=API_PATH))],
-                        backend_refs=[BackendRef(name=serve_service_name(name), port=SERVE_PORT)],
-                        timeouts=RouteTimeouts(request=_seconds(endpoint.request_timeout_seconds)),
-                    )
-                ],
+                rules=[_route_rule(settings, parked_name)],
             ),
         ),
         security_policy=SecurityPolicy(
@@ -508,6 +575,18 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
                 load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or None,
             ),
         ),
+        parked_response=HTTPRouteFilter(
+            metadata=meta(parked_name),
+            spec=HTTPRouteFilterSpec(
+                direct_response=DirectResponse(
+                    content_type="application/json",
+                    body=InlineBody(inline=json.dumps(PARKED_MESSAGE)),
+                    status_code=503,
+                )
+            ),
+        )
+        if parked_name
+        else None,
         api_keys_secret=api_keys_name(name),
         clients=tuple(sorted(endpoint.clients)),
     )

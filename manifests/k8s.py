@@ -123,9 +123,15 @@ class PodSpec(K8sModel):
     tolerations: list[Toleration] | None = None
     restart_policy: Literal["Never", "OnFailure"] | None = None
     service_account_name: str | None = None
+    termination_grace_period_seconds: int | None = Field(default=None, ge=0)
+
+
+class PodMetadata(K8sModel):
+    annotations: dict[str, str] | None = None
 
 
 class PodTemplate(K8sModel):
+    metadata: PodMetadata | None = None
     spec: PodSpec
 
 

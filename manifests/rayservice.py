@@ -32,6 +32,7 @@ from manifests.k8s import (
     Manifest,
     ObjectFieldSelector,
     ObjectMeta,
+    PodMetadata,
     PodSpec,
     PodTemplate,
     ResourceRequirements,
@@ -49,6 +50,7 @@ from manifests.prepull import prepull_daemon_set
 from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
+from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 
 HF_TOKEN_SECRET = "hf-token"
@@ -58,6 +60,11 @@ MODEL_CACHE_PATH = "/data/huggingface"
 RAY_PLUGINS = "ray-llm-plugins"
 """ConfigMap with jobs/ray_node_cache.py, mounted on the Ray pods' PYTHONPATH."""
 RAY_PLUGINS_PATH = "/opt/ray-llm-eks"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+RAY_WORKER_IDLE_SECONDS = 60
+"""How long a GPU worker pod without a Serve replica stays before KubeRay's autoscaler removes it."""
+TERMINATION_MARGIN_SECONDS = 60
+"""Beyond the replicas' graceful shutdown, for `ray stop` and the engine's exit."""
 NODE_MODEL_CACHE = "/var/lib/ray-llm/model-cache"
 """On each GPU node's disk: the Hugging Face cache outlives the worker pods, so a replaced worker (a
 Ray cluster change, an eviction) finds the weights there, and the page cache still holds them."""
@@ -77,8 +84,22 @@ class WorkerGroupSpec(K8sModel):
     template: PodTemplate
 
 
+class AutoscalerResources(K8sModel):
+    requests: dict[str, str]
+    limits: dict[str, str]
+
+
+class AutoscalerOptions(K8sModel):
+    version: Literal["v2"] = "v2"
+    upscaling_mode: Literal["Default"] = "Default"
+    idle_timeout_seconds: int = Field(ge=0)
+    resources: AutoscalerResources
+
+
 class RayClusterSpec(K8sModel):
     ray_version: str
+    enable_in_tree_autoscaling: bool | None = None
+    autoscaler_options: AutoscalerOptions | None = None
     head_group_spec: HeadGroupSpec
     worker_group_specs: list[WorkerGroupSpec]
 
@@ -194,7 +215,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
     image = plan.image
     cache = plan.model_cache
-    serve_config = build_serve_config(model, serving.application_name, cache.uri if cache else None)
+    serve_config = build_serve_config(
+        model, serving.application_name, cache.uri if cache else None, settings.autoscaling
+    )
     gpu = plan.gpu
     worker_size = plan.worker
     tp = model.tensor_parallel_size
@@ -266,6 +289,8 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     )
     worker_pod = PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
+        termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
+        + TERMINATION_MARGIN_SECONDS,
         node_selector=dict(GPU_NODE_SELECTOR),
         tolerations=tolerations,
         containers=[
@@ -301,7 +326,8 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         ],
     )
 
-    workers = plan.gpu_workers
+    workers, most = plan.gpu_workers, plan.max_gpu_workers
+    autoscaler = requests.RAY_AUTOSCALER
     return RayServiceManifest(
         metadata=ObjectMeta(
             name=serving.name,
@@ -314,6 +340,17 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
             serve_config_v2=serve_config.to_yaml(),
             ray_cluster_config=RayClusterSpec(
                 ray_version=serving.ray_version,
+                # Serve asks for replicas, KubeRay's autoscaler adds or removes worker pods for them.
+                enable_in_tree_autoscaling=True if plan.ray_autoscaling else None,
+                autoscaler_options=AutoscalerOptions(
+                    idle_timeout_seconds=RAY_WORKER_IDLE_SECONDS,
+                    resources=AutoscalerResources(
+                        requests={"cpu": autoscaler.cpu, "memory": autoscaler.memory},
+                        limits={"cpu": "500m", "memory": "512Mi"},
+                    ),
+                )
+                if plan.ray_autoscaling
+                else None,
                 head_group_spec=HeadGroupSpec(
                     ray_start_params={"num-gpus": "0", "dashboard-host": "0.0.0.0"},
                     template=PodTemplate(spec=head_pod),
@@ -323,9 +360,14 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                         group_name="gpu-workers",
                         replicas=workers,
                         min_replicas=workers,
-                        max_replicas=workers,
+                        max_replicas=most,
                         ray_start_params={"num-gpus": str(tp)},
-                        template=PodTemplate(spec=worker_pod),
+                        template=PodTemplate(
+                            # Cluster Autoscaler never drains a node from under a serving worker; Ray's
+                            # autoscaler removes idle workers first, and then the node is empty.
+                            metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
+                            spec=worker_pod,
+                        ),
                     )
                 ],
             ),

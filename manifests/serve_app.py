@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from config.autoscaling import AutoscalingConfig as ScalingSettings
+from config.autoscaling import SideScaling
 from config.serving import ModelConfig
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -61,8 +63,30 @@ class ModelLoadingConfig(ServeModel):
     model_source: CloudMirror | Annotated[str, StringConstraints(min_length=1)]
 
 
+class AutoscalingConfig(ServeModel):
+    """Ray Serve's autoscaling of one side (ray.serve.config.AutoscalingConfig)."""
+
+    min_replicas: int = Field(ge=1)
+    max_replicas: int = Field(ge=1)
+    target_ongoing_requests: float = Field(gt=0)
+    upscale_delay_s: float = Field(ge=0)
+    downscale_delay_s: float = Field(ge=0)
+
+
 class DeploymentConfig(ServeModel):
-    num_replicas: int = Field(ge=1)
+    """A fixed `num_replicas`, or an `autoscaling_config`; always explicit request limits, which Ray
+    Serve LLM would otherwise set to 1e9 (no replica ever looks busy, so nothing scales)."""
+
+    num_replicas: int | None = Field(None, ge=1)
+    autoscaling_config: AutoscalingConfig | None = None
+    max_ongoing_requests: int = Field(ge=1)
+    graceful_shutdown_timeout_s: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _one_way_to_size(self) -> DeploymentConfig:
+        if (self.num_replicas is None) == (self.autoscaling_config is None):
+            raise ValueError("a deployment has num_replicas or autoscaling_config, exactly one")
+        return self
 
 
 class CallbackConfig(ServeModel):
@@ -116,7 +140,31 @@ NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"
 """jobs/ray_node_cache.py, on the Ray pods' PYTHONPATH: skip the S3 download when the node has it."""
 
 
-def _side(model: ModelConfig, source: str | CloudMirror, engine_id: str, replicas: int) -> LLMSide:
+def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> DeploymentConfig:
+    maximum = side.max_replicas or replicas
+    autoscaling = (
+        AutoscalingConfig(
+            min_replicas=replicas,
+            max_replicas=maximum,
+            target_ongoing_requests=side.target_ongoing_requests,
+            upscale_delay_s=scaling.upscale_delay_seconds,
+            downscale_delay_s=scaling.downscale_delay_seconds,
+        )
+        if maximum > replicas
+        else None
+    )
+    return DeploymentConfig(
+        num_replicas=None if autoscaling else replicas,
+        autoscaling_config=autoscaling,
+        max_ongoing_requests=side.max_ongoing_requests,
+        # A replica being removed (scale-down, an upgrade) finishes what it holds first.
+        graceful_shutdown_timeout_s=scaling.graceful_shutdown_seconds,
+    )
+
+
+def _side(
+    model: ModelConfig, source: str | CloudMirror, engine_id: str, deployment: DeploymentConfig
+) -> LLMSide:
     return LLMSide(
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
@@ -134,23 +182,36 @@ def _side(model: ModelConfig, source: str | CloudMirror, engine_id: str, replica
             ),
             **model.extra_engine_kwargs,
         ),
-        deployment_config=DeploymentConfig(num_replicas=replicas),
+        deployment_config=deployment,
     )
 
 
-def build_serve_config(model: ModelConfig, application_name: str, s3_uri: str | None = None) -> ServeConfig:
+def build_serve_config(
+    model: ModelConfig,
+    application_name: str,
+    s3_uri: str | None = None,
+    scaling: ScalingSettings | None = None,
+) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
     engine kwargs."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
+    scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     return ServeConfig(
         applications=[
             ServeApplication(
                 name=application_name,
                 args=PDArgs(
-                    prefill_config=_side(model, source, "prefill", model.prefill_replicas),
-                    decode_config=_side(model, source, "decode", model.decode_replicas),
+                    prefill_config=_side(
+                        model,
+                        source,
+                        "prefill",
+                        _deployment(model.prefill_replicas, scaling.prefill, scaling),
+                    ),
+                    decode_config=_side(
+                        model, source, "decode", _deployment(model.decode_replicas, scaling.decode, scaling)
+                    ),
                 ),
             )
         ]

@@ -47,7 +47,9 @@ class Plan:
     gpu_pods_per_node: int
     """GPU worker pods one GPU node hosts (GPUs / tensorParallelSize, at most one per EFA interface)."""
     gpu_workers: int
-    """GPU worker pods of one Ray cluster: one per prefill or decode replica."""
+    """GPU worker pods of one Ray cluster at least: one per prefill or decode replica."""
+    max_gpu_workers: int
+    """GPU worker pods of one Ray cluster at most, when Serve scales the sides up."""
     worker: WorkerResources
     """CPU and memory of each GPU worker pod."""
     efa_per_worker: int
@@ -64,6 +66,11 @@ class Plan:
     """Where the workers load the weights from, when not from Hugging Face."""
     warnings: tuple[str, ...] = ()
     """What preview should say but not refuse."""
+
+    @property
+    def ray_autoscaling(self) -> bool:
+        """Whether KubeRay's in-tree autoscaler adds and removes GPU worker pods."""
+        return self.max_gpu_workers > self.gpu_workers
 
     def hardware_summary(self) -> str:
         """What each GPU node and worker gets, for the preview log."""
@@ -229,7 +236,12 @@ def plan_stack(
         )
     per_node = pods_per_node(gpu, tp)
     workers = model.prefill_replicas + model.decode_replicas
-    capacity = settings.gpu_nodes.desired_size * per_node
+    scaling = settings.autoscaling
+    max_workers = (scaling.prefill.max_replicas or model.prefill_replicas) + (
+        scaling.decode.max_replicas or model.decode_replicas
+    )
+    # The most the nodes ever host: Cluster Autoscaler grows the group up to maxSize.
+    capacity = settings.gpu_nodes.max_size * per_node
     resources = worker_resources(gpu, per_node, settings.serving.worker)
     shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
     problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node, shm)
@@ -238,14 +250,19 @@ def plan_stack(
         warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
     elif idle:
         problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
-    if workers > capacity:
+    if max_workers > capacity:
+        which = (
+            "model.prefillReplicas + model.decodeReplicas"
+            if max_workers == workers
+            else "autoscaling.prefill.maxReplicas + autoscaling.decode.maxReplicas"
+        )
         problems.append(
-            f"{PROJECT}:model.prefillReplicas + model.decodeReplicas = {workers} GPU workers, but "
-            f"{PROJECT}:gpuNodes.desiredSize {settings.gpu_nodes.desired_size} x {per_node} worker(s) per "
-            f"{gpu.name} hosts only {capacity}; raise gpuNodes.desiredSize (and maxSize)"
+            f"{PROJECT}:{which} = {max_workers} GPU workers at most, but "
+            f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size} x {per_node} worker(s) per "
+            f"{gpu.name} hosts only {capacity}; raise gpuNodes.maxSize (and desiredSize)"
         )
     try:
-        upgrade = plan_upgrades(settings, system, capacity, workers)
+        upgrade = plan_upgrades(settings, system, capacity, max_workers)
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
@@ -264,6 +281,7 @@ def plan_stack(
         system=system,
         gpu_pods_per_node=per_node,
         gpu_workers=workers,
+        max_gpu_workers=max_workers,
         worker=resources,
         efa_per_worker=efa_per_pod(gpu, per_node),
         shm_size=shm,

@@ -57,6 +57,29 @@ own, which the add-on's configuration schema does not promise; its node DaemonSe
 EBS_CSI_NODE = PodRequests(30, 120)
 
 
+RAY_AUTOSCALER = PodRequests(200, 256)
+"""KubeRay's autoscaler sidecar in the head pod when the sides scale (KubeRay's default: 500m, 512Mi)."""
+CLUSTER_AUTOSCALER = PodRequests(100, 300)
+
+
+def ray_autoscaling(settings: Settings) -> bool:
+    """Whether a side may grow beyond its minimum, so KubeRay's autoscaler adds GPU worker pods."""
+    model, scaling = settings.model, settings.autoscaling
+    return any(
+        (side.max_replicas or minimum) > minimum
+        for side, minimum in (
+            (scaling.prefill, model.prefill_replicas),
+            (scaling.decode, model.decode_replicas),
+        )
+    )
+
+
+def cluster_autoscaling(settings: Settings) -> bool:
+    """Whether the GPU node group may change size (Cluster Autoscaler runs, Pulumi leaves the size to it)."""
+    nodes = settings.gpu_nodes
+    return nodes.min_size < nodes.max_size
+
+
 def load_balancer_controller_replicas(settings: Settings) -> int:
     """One controller per system node, at most two (leader election keeps one active)."""
     return 1 if settings.system_nodes.desired_size < 2 else 2
@@ -64,7 +87,11 @@ def load_balancer_controller_replicas(settings: Settings) -> int:
 
 def system_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
     """What the stack adds to the system nodes: name -> (requests per pod, pods)."""
-    return {**_endpoint_pods(settings), **_observability_pods(settings)}
+    scaling = {
+        **({"ray autoscaler": (RAY_AUTOSCALER, 1)} if ray_autoscaling(settings) else {}),
+        **({"cluster-autoscaler": (CLUSTER_AUTOSCALER, 1)} if cluster_autoscaling(settings) else {}),
+    }
+    return {**_endpoint_pods(settings), **_observability_pods(settings), **scaling}
 
 
 def _observability_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:

@@ -78,7 +78,7 @@ def plan_upgrades(
     if strategy == "newCluster" and not spare:
         raise ValueError(
             f"{PROJECT}:serving.upgradeStrategy: newCluster starts a second Ray cluster (head and "
-            f"{gpu_workers} GPU workers) during upgrades: it needs gpuNodes.desiredSize to "
+            f"{gpu_workers} GPU workers) during upgrades: it needs gpuNodes.maxSize to "
             f"host {2 * gpu_workers} workers (it hosts {gpu_worker_capacity}) and room for a second head "
             f"(systemNodes.desiredSize 2, or a larger systemNodes.instanceType); use recreate or "
             "auto, or add nodes"

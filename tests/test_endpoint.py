@@ -386,11 +386,22 @@ class TestTheSystemNodeHoldsIt:
         small = {"instanceType": "m7i.xlarge"}  # 3 vCPU free beside the system pods
         head = {"head": {"cpuRequest": "3", "cpuLimit": "3"}}
         off = {"enabled": False}
-        run_stack(overrides={"serving": head, "systemNodes": small, "endpoint": off, "observability": off})
+        fixed = {"minSize": 2}  # no Cluster Autoscaler on the system node either
+        run_stack(
+            overrides={
+                "serving": head,
+                "systemNodes": small,
+                "gpuNodes": fixed,
+                "endpoint": off,
+                "observability": off,
+            }
+        )
         with pytest.raises(
             ConfigError, match=r"serving.head.cpuRequest: 3 does not fit beside the system pods"
         ):
-            run_stack(overrides={"serving": head, "systemNodes": small, "observability": off})
+            run_stack(
+                overrides={"serving": head, "systemNodes": small, "gpuNodes": fixed, "observability": off}
+            )
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -90,7 +90,8 @@ class TestSeedFacts:
                     "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
             }
-            assert config["deployment_config"] == {"num_replicas": 1}
+            assert config["deployment_config"]["num_replicas"] == 1
+            assert "autoscaling_config" not in config["deployment_config"]  # min = max: fixed
 
     def test_head_is_cpu_only_on_the_system_node(self, rayservice):
         head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]
@@ -264,8 +265,8 @@ class TestServingVariants:
         obj = registered(run)
         assert worker_groups(obj)[0]["replicas"] == 4
         args = serve_config(obj)["applications"][0]["args"]
-        assert args["prefill_config"]["deployment_config"] == {"num_replicas": 1}
-        assert args["decode_config"]["deployment_config"] == {"num_replicas": 3}
+        assert args["prefill_config"]["deployment_config"]["num_replicas"] == 1
+        assert args["decode_config"]["deployment_config"]["num_replicas"] == 3
         assert crd_errors(obj) == [] and serve_errors(serve_config(obj)) == []
 
     def test_another_model_and_tensor_parallelism(self):

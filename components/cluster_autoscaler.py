@@ -1,0 +1,54 @@
+"""Cluster Autoscaler (Helm, kube-system, on the system nodes) and its own EKS Pod Identity role: it
+sizes the GPU node group to the GPU worker pods, between the group's minSize and maxSize, and Pulumi
+leaves the group's desired size to it (`ignore_scaling_changes` on the node group). What it may do is
+in manifests/cluster_autoscaler.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.helm import helm_release
+from components.pod_identity import pod_identity_role
+from manifests.charts import HelmChart
+from manifests.cluster_autoscaler import NAMESPACE, SERVICE_ACCOUNT, cluster_autoscaler_policy
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    """The Helm release."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        chart: HelmChart,
+        cluster_name: pulumi.Input[str],
+        plain_cluster_name: str,
+        partition: str,
+        provider: k8s.Provider,
+        after: Sequence[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`cluster_name`: the cluster's name output (it waits for the cluster); `plain_cluster_name`:
+        the same name, for the policy's tag condition; `after`: the system node group, the Pod
+        Identity agent and the GPU node group."""
+        super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
+        association = pod_identity_role(
+            f"{name}-role",
+            cluster_name=cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            policy=json.dumps(cluster_autoscaler_policy(partition, plain_cluster_name)),
+            description=f"Cluster Autoscaler ({NAMESPACE}/{SERVICE_ACCOUNT})",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.release = helm_release(
+            f"{name}-release",
+            chart,
+            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[*after, association]),
+        )
+        self.register_outputs({"release": self.release.name})

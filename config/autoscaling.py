@@ -1,0 +1,98 @@
+"""The `autoscaling` section: capacity that follows load, and parking.
+
+Three layers move together. Ray Serve adds and removes prefill and decode replicas by the requests each
+replica holds (`targetOngoingRequests`); KubeRay's in-tree autoscaler adds and removes GPU worker pods
+for them; Cluster Autoscaler adds and removes GPU nodes for the pods, within `gpuNodes.minSize` and
+`gpuNodes.maxSize`, in the node group's one zone and placement group. `model.prefillReplicas` and
+`model.decodeReplicas` are each side's minimum.
+
+Parking stops the GPUs and keeps everything else: the RayService goes (its workers with it), Cluster
+Autoscaler removes the GPU nodes it leaves idle, and the endpoint answers 503 with a message until the
+stack is unparked, which `pulumi up` waits for as always.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from config.base import StrictModel
+
+
+class SideScaling(StrictModel):
+    """One side's Serve autoscaling. Ray Serve LLM's own defaults for both request limits are 1e9, so
+    without these nothing would ever scale."""
+
+    max_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="Most replicas of this side (one GPU worker pod each). Default: the side's "
+        "`model.<side>Replicas`, so it does not scale.",
+    )
+    target_ongoing_requests: float = Field(
+        gt=0,
+        description="Requests in flight per replica Serve aims for: above it Serve adds a replica, below "
+        "it (after the downscale delay) removes one.",
+    )
+    max_ongoing_requests: int = Field(
+        ge=1,
+        description="Requests one replica takes at once; more wait in Serve's queue, in front of the "
+        "engine, where they count towards scaling.",
+    )
+
+
+class PrefillScaling(SideScaling):
+    """Prefill runs each prompt once, compute-bound: a few prompts at a time per GPU."""
+
+    target_ongoing_requests: float = Field(
+        4, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
+    )
+    max_ongoing_requests: int = Field(
+        16, ge=1, description=SideScaling.model_fields["max_ongoing_requests"].description
+    )
+
+
+class DecodeScaling(SideScaling):
+    """Decode streams many requests at once, bound by KV-cache memory."""
+
+    target_ongoing_requests: float = Field(
+        32, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
+    )
+    max_ongoing_requests: int = Field(
+        64, ge=1, description=SideScaling.model_fields["max_ongoing_requests"].description
+    )
+
+
+class AutoscalingConfig(StrictModel):
+    """Serve replicas per side, GPU worker pods and GPU nodes that follow load; and parking."""
+
+    parked: bool = Field(
+        False,
+        description="Park the stack: no RayService, so no GPU workers, and Cluster Autoscaler removes the "
+        "idle GPU nodes (needs `gpuNodes.minSize: 0`). The cluster, its state, the model cache and the "
+        "endpoint stay; the endpoint answers 503 saying the model is parked. Set it back to false and "
+        "`up` to serve again.",
+    )
+    prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
+    decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]
+    upscale_delay_seconds: float = Field(
+        30, ge=0, description="How long demand must stay above target before Serve adds a replica."
+    )
+    downscale_delay_seconds: float = Field(
+        600,
+        ge=0,
+        description="How long demand must stay below target before Serve removes a replica (a new replica "
+        "costs a GPU node and minutes of loading, so not too eagerly).",
+    )
+    graceful_shutdown_seconds: int = Field(
+        300,
+        ge=10,
+        le=3600,
+        description="How long a replica being removed finishes the requests it holds before it stops; the "
+        "worker pod's termination grace covers it.",
+    )
+    gpu_node_idle_minutes: int = Field(
+        10,
+        ge=1,
+        le=1440,
+        description="How long a GPU node must be unneeded before Cluster Autoscaler removes it.",
+    )
