@@ -20,6 +20,8 @@ when it was first deployed, and who created its cluster.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -28,6 +30,7 @@ from pulumi.runtime import config as runtime_config
 
 from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
+from components.cost import CostEstimate
 from components.device_plugins import DevicePlugins
 from components.endpoint import Endpoint
 from components.gpu_node_group import GpuNodeGroup
@@ -47,6 +50,7 @@ from manifests.rayservice import build_serving
 from planning import plan_stack
 from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
+from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
@@ -114,6 +118,11 @@ def cluster_creator(record: StackRecord | None, cluster_name: str, region: str, 
     return aws.iam.get_session_context(arn=caller_arn).issuer_arn
 
 
+def price_cache() -> PriceCache:
+    """The Price List API's answers, kept a day beside the project (`ops status` reads them too)."""
+    return PriceCache(Path(os.environ.get("RAY_LLM_EKS_PRICE_CACHE") or Path(__file__).parent / PRICE_CACHE))
+
+
 def warn(message: str | None) -> None:
     if message:
         pulumi.log.warn(message)
@@ -133,6 +142,15 @@ def main() -> None:
         pulumi.log.info(message)
     for message in (*plan.warnings, *zones.warnings):
         pulumi.log.warn(message)
+
+    nat_gateways = 1 if settings.network.nat_gateways == "single" else len(zones.cluster_zones)
+    CostEstimate(
+        "cost",
+        queries=price_queries(settings),
+        region=settings.region,
+        cache=price_cache(),
+        build_report=lambda prices: cost_report(settings, prices, nat_gateways),
+    )
 
     network = Network(
         "network",

@@ -173,6 +173,7 @@ class TestGraph:
             "endpoint",
             "observability",
             "cluster_autoscaler",
+            "cost",
         }
         for reg in dev_stack.registrations:
             if reg.type.startswith(COMPONENT_PREFIX):

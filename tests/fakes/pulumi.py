@@ -17,6 +17,8 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,53 @@ EC2_INSTANCE_TYPES: dict[str, dict[str, Any]] = json.loads(
 CALLER_ARN = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
 NLB_HOSTNAME = "k8s-envoygat-rayllmga-0123456789-0123456789abcdef.elb.sa-east-1.amazonaws.com"
 """The DNS name the mocked load balancer controller gives every NLB."""
+FAKE_PRICES = {
+    "AmazonEKS": 0.10,
+    "NAT Gateway": 0.045,
+    "Load Balancer-Network": 0.0225,
+    "g6.8xlarge": 2.0144,
+    "m7i.2xlarge": 0.4032,
+    "m7i.xlarge": 0.2016,
+}
+"""USD per hour the mocked Price List API answers (made-up figures in the shape of real ones)."""
+
+
+def price_product(service_code: str, filters: dict[str, str]) -> str | None:
+    """A Price List product as `get_product` returns it (terms.OnDemand.*.priceDimensions.*), or None."""
+    key = (
+        filters.get("instanceType") or filters.get("productFamily")
+        if service_code != "AmazonEKS"
+        else service_code
+    )
+    if key == "Compute":
+        key = service_code
+    price = FAKE_PRICES.get(key or "")
+    if price is None:
+        return None
+    sku = "SKU123"
+    unit = "Hours" if service_code == "AmazonEKS" else "Hrs"
+    return json.dumps(
+        {
+            "product": {"sku": sku, "attributes": dict(filters)},
+            "terms": {
+                "OnDemand": {
+                    f"{sku}.JRTCKXETXF": {
+                        "priceDimensions": {
+                            f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": unit,
+                                "pricePerUnit": {"USD": f"{price:.10f}"},
+                            }
+                        }
+                    }
+                },
+                "Reserved": {
+                    "x": {"priceDimensions": {"y": {"unit": "Hrs", "pricePerUnit": {"USD": "0.0001"}}}}
+                },
+            },
+        }
+    )
+
+
 """Who runs `pulumi up` in the mocked world (STS GetCallerIdentity)."""
 
 # Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
@@ -279,6 +328,12 @@ class StackMocks(pulumi_mocks.Mocks):
                 "kubernetesVersion": minor,
                 "version": f"v1.12.1-eksbuild.{minor.split('.')[1]}",
             }, []
+        if args.token == "aws:pricing/getProduct:getProduct":
+            filters = {f["field"]: f["value"] for f in args.args["filters"]}
+            product = price_product(args.args["serviceCode"], filters)
+            if product is None:  # as the API: no product matched
+                return {}, [("filters", "Pricing product query did not return any elements")]
+            return {"id": "product", "result": product, "serviceCode": args.args["serviceCode"]}, []
         if args.token == "aws:eks/getClusters:getClusters":
             return {"id": args.args["region"], "names": self.aws.clusters}, []
         raise NotImplementedError(f"the tests do not mock the invoke {args.token}")
@@ -366,12 +421,15 @@ def run_stack(
     offerings: dict[str, dict[str, list[str]]] | None = None,
     secrets: dict[str, str] | None = None,
     aws: AwsState | None = None,
+    price_cache: Path | None = None,
 ) -> StackRun:
     """Run __main__.main() for a stack file's config, with per-section overrides merged in. A run is
     deterministic, so one with the same arguments is answered from the last time (tests only read it)."""
     global _PROGRAM, LAST_RUN
     key = json.dumps(
-        [config, stack, overrides, offerings, secrets, aws and vars(aws)], sort_keys=True, default=str
+        [config, stack, overrides, offerings, secrets, aws and vars(aws), price_cache],
+        sort_keys=True,
+        default=str,
     )
     if key in _RUNS:
         return _RUNS[key]
@@ -381,6 +439,8 @@ def run_stack(
         values[key] = {**values.get(key, {}), **changes}
     values.update(secrets or {})
 
+    # Each run asks the (mocked) Price List API afresh, unless a test hands it a cache.
+    os.environ["RAY_LLM_EKS_PRICE_CACHE"] = str(price_cache or Path(tempfile.mkdtemp()) / "prices.json")
     asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi_settings.ROOT.set(None)
     mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS, aws or AwsState())

@@ -1,0 +1,206 @@
+"""What the stack costs per hour, on demand, by part, serving and parked: the questions to ask the AWS
+Price List API, how to read its answers, and the report. No price is written here: every figure comes
+from the Price List API (through a us-east-1 provider; planning/cost's caller caches the answers a day).
+
+Parts: the EKS control plane, the system nodes, the GPU nodes at desired and at most (Cluster Autoscaler
+may grow the group to maxSize), the NAT gateways, and the endpoint's NLB (its hourly charge; capacity
+units and data processing come on top, by traffic, and are not estimated).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from config import Settings
+
+PRICE_REGION = "us-east-1"
+"""The Price List API answers only in us-east-1, eu-central-1 and ap-south-1."""
+CACHE_SECONDS = 24 * 60 * 60
+PRICE_CACHE = ".cache/prices.json"
+"""The cache, relative to the project directory (where Pulumi.yaml is)."""
+
+
+@dataclass(frozen=True)
+class PriceQuery:
+    """One Price List API product: the filters select exactly one (`get_product` fails otherwise)."""
+
+    key: str
+    service_code: str
+    filters: tuple[tuple[str, str], ...]
+
+
+def instance_query(region: str, instance_type: str) -> PriceQuery:
+    """A Linux on-demand instance hour, shared tenancy (pulumi-aws's own get_product example, by region
+    code)."""
+    return PriceQuery(
+        f"ec2:{instance_type}",
+        "AmazonEC2",
+        (
+            ("instanceType", instance_type),
+            ("regionCode", region),
+            ("operatingSystem", "Linux"),
+            ("preInstalledSw", "NA"),
+            ("licenseModel", "No License required"),
+            ("tenancy", "Shared"),
+            ("capacitystatus", "Used"),
+            ("marketoption", "OnDemand"),
+        ),
+    )
+
+
+def price_queries(settings: Settings) -> list[PriceQuery]:
+    region = settings.region
+    queries = [
+        # Standard support (extended support is operation ExtendedSupport, another product).
+        PriceQuery(
+            "eks",
+            "AmazonEKS",
+            (("regionCode", region), ("productFamily", "Compute"), ("operation", "CreateOperation")),
+        ),
+        instance_query(region, settings.system_nodes.instance_type),
+        instance_query(region, settings.gpu_nodes.instance_type),
+        PriceQuery(
+            "nat",
+            "AmazonEC2",
+            (
+                ("regionCode", region),
+                ("productFamily", "NAT Gateway"),
+                ("operation", "NatGateway"),
+                ("groupDescription", "Hourly charge for NAT Gateways"),
+            ),
+        ),
+    ]
+    if settings.endpoint.enabled:
+        queries.append(
+            PriceQuery(
+                "nlb",
+                "AWSELB",
+                (
+                    ("regionCode", region),
+                    ("productFamily", "Load Balancer-Network"),
+                    ("operation", "LoadBalancing:Network"),
+                    ("groupDescription", "LoadBalancer hourly usage by Network Load Balancer"),
+                ),
+            )
+        )
+    return queries
+
+
+def hourly_price(product: str) -> float:
+    """USD per hour from one Price List product (its `terms.OnDemand.*.priceDimensions.*`)."""
+    document = json.loads(product)
+    prices = [
+        float(dimension["pricePerUnit"]["USD"])
+        for term in document["terms"]["OnDemand"].values()
+        for dimension in term["priceDimensions"].values()
+        if dimension.get("unit", "").lower() in ("hrs", "hours", "hour")
+        and float(dimension["pricePerUnit"]["USD"]) > 0
+    ]
+    if not prices:
+        raise ValueError(f"no hourly on-demand price in product {document.get('product', {}).get('sku')}")
+    return prices[0]
+
+
+@dataclass(frozen=True)
+class CostLine:
+    part: str
+    count: int
+    unit_price: float | None
+    """USD per hour and unit; None when the API gave no answer."""
+
+    @property
+    def hourly(self) -> float | None:
+        return None if self.unit_price is None else self.count * self.unit_price
+
+
+@dataclass(frozen=True)
+class CostReport:
+    region: str
+    serving: tuple[CostLine, ...]
+    at_most: tuple[CostLine, ...]
+    parked: tuple[CostLine, ...]
+
+    @staticmethod
+    def total(lines: tuple[CostLine, ...]) -> float | None:
+        hourly = [line.hourly for line in lines]
+        return None if any(h is None for h in hourly) else math.fsum(h for h in hourly if h is not None)
+
+    def format(self) -> str:
+        def money(value: float | None) -> str:
+            return "unknown" if value is None else f"${value:,.2f}/h"
+
+        lines = [
+            f"hourly on-demand cost in {self.region} (AWS Price List API; the NLB's capacity units and "
+            "data by traffic on top):"
+        ]
+        for line in self.serving:
+            price = "unknown" if line.unit_price is None else f"${line.unit_price:,.4f}"
+            lines.append(f"  {line.part}: {line.count} x {price} = {money(line.hourly)}")
+        lines.append(f"  serving, GPU nodes at desiredSize: {money(self.total(self.serving))}")
+        lines.append(f"  serving, GPU nodes at maxSize: {money(self.total(self.at_most))}")
+        lines.append(f"  parked (no GPU nodes): {money(self.total(self.parked))}")
+        return "\n".join(lines)
+
+
+def cost_report(settings: Settings, prices: dict[str, float | None], nat_gateways: int) -> CostReport:
+    system, gpu = settings.system_nodes, settings.gpu_nodes
+
+    def line(part: str, count: int, key: str) -> CostLine:
+        return CostLine(part, count, prices.get(key))
+
+    fixed = [
+        line("EKS control plane", 1, "eks"),
+        line(f"system nodes ({system.instance_type})", system.desired_size, f"ec2:{system.instance_type}"),
+        line("NAT gateways", nat_gateways, "nat"),
+        *([line("network load balancer", 1, "nlb")] if settings.endpoint.enabled else []),
+    ]
+    gpu_key = f"ec2:{gpu.instance_type}"
+    desired = 0 if settings.autoscaling.parked else gpu.desired_size
+    return CostReport(
+        region=settings.region,
+        serving=(*fixed, line(f"GPU nodes ({gpu.instance_type})", desired, gpu_key)),
+        at_most=(*fixed, line(f"GPU nodes ({gpu.instance_type})", gpu.max_size, gpu_key)),
+        parked=(*fixed, line(f"GPU nodes ({gpu.instance_type})", 0, gpu_key)),
+    )
+
+
+class PriceCache:
+    """Prices as the API last gave them, a day at most, in a JSON file beside the project (previews
+    stay fast, and work when the API is slow); `ops status` reads the same file."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+        self.path = path
+        self.clock = clock
+
+    def _load(self) -> dict[str, dict[str, float]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, region: str, key: str) -> float | None:
+        entry = self._load().get(f"{region}/{key}")
+        if not isinstance(entry, dict) or self.clock() - float(entry.get("at", 0)) > CACHE_SECONDS:
+            return None
+        return float(entry["usd_per_hour"])
+
+    def put(self, region: str, prices: dict[str, float | None]) -> None:
+        data = self._load()
+        now = self.clock()
+        for key, price in prices.items():
+            if price is not None:
+                data[f"{region}/{key}"] = {"usd_per_hour": price, "at": now}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        except OSError:
+            pass  # a read-only checkout: the next preview asks the API again
+
+    def prices(self, region: str, keys: list[str]) -> dict[str, float | None]:
+        return {key: self.get(region, key) for key in keys}
