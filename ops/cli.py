@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from config.endpoint import DEFAULT_CLIENT
@@ -213,6 +214,18 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
         yield None
 
 
+def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
+    """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
+    from planning.cost import PRICE_CACHE, PriceCache, price_queries, running_cost
+
+    cache = PriceCache(root / PRICE_CACHE, max_age=None)
+    prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
+    nat_gateways = (
+        1 if settings.network.nat_gateways == "single" else len(settings.network.availability_zones or [1, 2])
+    )
+    return running_cost(settings, prices, nat_gateways, gpu_nodes)
+
+
 def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str | None:
     """The key of `--client` (else of `default`, else of the first client) from the stack's `apiKeys`
     output; without a stack whose endpoint is on, OPENAI_API_KEY (or none)."""
@@ -262,8 +275,14 @@ def _against_cluster(
         with _kubeconfig(args, run) as kubeconfig:
             api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(namespace, _serve_service(name))))
             report = collect_status(api, namespace, name, progress)
+            if settings:
+                report = replace(
+                    report,
+                    parked=settings.autoscaling.parked,
+                    cost=_running_cost(args.root, settings, len(report.gpu_nodes)),
+                )
             print(report.format())
-            return 0 if report.rayservice is not None else 1
+            return 0 if report.rayservice is not None or report.parked else 1
     with _kubeconfig(args, run) as kubeconfig:
         key = _api_key(args, settings, run)
         endpoint, headers, gateway = _http_route(args, settings, namespace, name, key)

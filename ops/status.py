@@ -176,11 +176,20 @@ class StatusReport:
     """None when the RayService has no Gateway (the endpoint is off)."""
     metrics: ServingMetrics | None = None
     """None when no Prometheus of the stack answers (observability off)."""
+    parked: bool = False
+    """The stack file says `autoscaling.parked`: no RayService, by design."""
+    cost: str | None = None
+    """What the stack costs now (from the prices the last preview cached), when run with --stack."""
 
     def format(self) -> str:
         lines = [f"RayService {self.namespace}/{self.name}"]
         rs = self.rayservice
-        if rs is None:
+        if rs is None and self.parked:
+            lines.append(
+                "  parked (autoscaling.parked): no RayService and no GPU workers; the endpoint answers 503. "
+                "Set autoscaling.parked: false and `pulumi up` to serve again."
+            )
+        elif rs is None:
             lines.append("  not found (has `pulumi up` created it, in this namespace?)")
         else:
             ready = rs.ready
@@ -235,6 +244,8 @@ class StatusReport:
             )
         lines.append("")
         lines += self.metrics.format() if self.metrics else ["Serving metrics: no Prometheus in the stack"]
+        if self.cost:
+            lines += ["", self.cost]
         return "\n".join(lines)
 
 

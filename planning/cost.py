@@ -147,6 +147,20 @@ class CostReport:
         return "\n".join(lines)
 
 
+def running_cost(
+    settings: Settings, prices: dict[str, float | None], nat_gateways: int, gpu_nodes: int
+) -> str:
+    """What the stack costs now, with the GPU nodes that run (for `ops status`)."""
+    report = cost_report(settings, prices, nat_gateways)
+    gpu = report.serving[-1]
+    now = (*report.serving[:-1], CostLine(gpu.part, gpu_nodes, gpu.unit_price))
+    total = CostReport.total(now)
+    shown = "unknown (no price cached: run `pulumi preview`)" if total is None else f"${total:,.2f}/h"
+    most = CostReport.total(report.at_most)
+    at_most = "unknown" if most is None else f"${most:,.2f}/h"
+    return f"Cost now: {shown} on demand, with {gpu_nodes} GPU node(s); at most {at_most}"
+
+
 def cost_report(settings: Settings, prices: dict[str, float | None], nat_gateways: int) -> CostReport:
     system, gpu = settings.system_nodes, settings.gpu_nodes
 
@@ -173,9 +187,13 @@ class PriceCache:
     """Prices as the API last gave them, a day at most, in a JSON file beside the project (previews
     stay fast, and work when the API is slow); `ops status` reads the same file."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, path: Path, clock: Callable[[], float] = time.time, max_age: float | None = CACHE_SECONDS
+    ):
+        """`max_age`: seconds a price stays good (None: any age, for a report of what was seen)."""
         self.path = path
         self.clock = clock
+        self.max_age = max_age
 
     def _load(self) -> dict[str, dict[str, float]]:
         try:
@@ -186,7 +204,9 @@ class PriceCache:
 
     def get(self, region: str, key: str) -> float | None:
         entry = self._load().get(f"{region}/{key}")
-        if not isinstance(entry, dict) or self.clock() - float(entry.get("at", 0)) > CACHE_SECONDS:
+        if not isinstance(entry, dict):
+            return None
+        if self.max_age is not None and self.clock() - float(entry.get("at", 0)) > self.max_age:
             return None
         return float(entry["usd_per_hour"])
 
