@@ -220,9 +220,9 @@ def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
 
     cache = PriceCache(root / PRICE_CACHE, max_age=None)
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
-    nat_gateways = (
-        1 if settings.network.nat_gateways == "single" else len(settings.network.availability_zones or [1, 2])
-    )
+    network = settings.network
+    zones = len(network.availability_zones) if network.availability_zones else network.max_availability_zones
+    nat_gateways = 1 if network.nat_gateways == "single" else zones
     return running_cost(settings, prices, nat_gateways, gpu_nodes)
 
 
