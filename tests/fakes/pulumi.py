@@ -347,6 +347,8 @@ class StackRun:
     calls: list[tuple[str, dict]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What the program logged at warning level (what `pulumi preview` shows as warnings)."""
+    infos: list[str] = field(default_factory=list)
+    """What it logged at info level (what `pulumi preview` prints as diagnostics)."""
     transforms: dict[str, list[Any]] = field(default_factory=dict)
     """Resource name -> the transforms it declared, to run in tests on what a component's child gets."""
 
@@ -387,11 +389,12 @@ def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
 
 class _Capture(logging.Handler):
     def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
+        super().__init__(level=logging.INFO)
         self.warnings: list[str] = []
+        self.infos: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.warnings.append(record.getMessage())
+        (self.warnings if record.levelno >= logging.WARNING else self.infos).append(record.getMessage())
 
 
 # The SDK walks the Python stack at every registration to tell the engine where the resource was
@@ -447,6 +450,7 @@ def run_stack(
     monitor = RecordingMonitor(mocks)
     logger = logging.getLogger(f"stack-run-{id(mocks)}")
     logger.propagate = False
+    logger.setLevel(logging.INFO)
     capture = _Capture()
     logger.handlers = [capture]
     pulumi.runtime.set_mocks(
@@ -460,6 +464,7 @@ def run_stack(
         registrations=monitor.registrations,
         calls=mocks.calls,
         warnings=capture.warnings,
+        infos=capture.infos,
         transforms=mocks.transforms,
     )
 
