@@ -176,3 +176,50 @@ def test_dashboards_without_kubectl_says_so(missing, capsys):
 
     assert code == 2
     assert "kubectl is not installed" in capsys.readouterr().err
+
+
+def test_status_of_a_parked_stack_says_so_and_exits_0(tmp_path, capsys):
+    stack = (ROOT / "Pulumi.dev.yaml").read_text() + "  ray-llm-eks:autoscaling:\n    parked: true\n"
+    (tmp_path / "Pulumi.parked.yaml").write_text(stack)
+    cluster = healthy_cluster()
+    cluster.rayservice = None
+    cluster.nodes = [n for n in cluster.nodes if n["metadata"]["labels"].get("role") != "gpu-worker"]
+
+    code = main(
+        ["status", "--stack", "parked", "--root", str(tmp_path)], connect=lambda _: cluster, run=stack_outputs
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "parked (autoscaling.parked): no RayService and no GPU workers; the endpoint answers 503" in out
+
+
+def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, capsys):
+    (tmp_path / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
+    cache = tmp_path / ".cache" / "prices.json"
+    cache.parent.mkdir()
+    prices = {"eks": 0.1, "ec2:m7i.2xlarge": 0.4, "ec2:g6.8xlarge": 2.0, "nat": 0.05, "nlb": 0.02}
+    cache.write_text(json.dumps({f"sa-east-1/{k}": {"usd_per_hour": v, "at": 0} for k, v in prices.items()}))
+
+    code = main(
+        ["status", "--stack", "dev", "--root", str(tmp_path)],
+        connect=lambda _: healthy_cluster(),
+        run=stack_outputs,
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    # Two GPU nodes run (the fixture's); prices of any age are shown, they are what the last preview saw.
+    assert "Cost now: $4.57/h on demand, with 2 GPU node(s); at most $4.57/h" in out
+
+
+def test_status_without_cached_prices_says_how_to_get_them(tmp_path, capsys):
+    (tmp_path / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
+
+    main(
+        ["status", "--stack", "dev", "--root", str(tmp_path)],
+        connect=lambda _: healthy_cluster(),
+        run=stack_outputs,
+    )
+
+    assert "Cost now: unknown (no price cached: run `pulumi preview`)" in capsys.readouterr().out
