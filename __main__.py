@@ -1,8 +1,9 @@
 """An LLM served with prefill/decode disaggregation on Amazon EKS, in dependency order:
 
-    config ──► VPC (private subnets, NAT) ──► EKS cluster + system node group ──► Kubernetes provider
-                                                   │
+    config ──► cost (Price List API) ──► VPC (private subnets, NAT) ──► EKS cluster + system node group
+                                                   │                          ──► Kubernetes provider
                                                    ├──► GPU node group (EFA, one zone) ──► device plugins ─┐
+                                                   │      └──► Cluster Autoscaler (when it may resize)     │
                                                    ├──► KubeRay operator (system nodes) ───────────────────┤
                                                    ├──► AWS Load Balancer Controller ──┐                   │
                                                    │                                   │                   │

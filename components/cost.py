@@ -32,14 +32,16 @@ class CostEstimate(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("ray-llm-eks:cost:CostEstimate", name, None, opts)
+        # Declared at every run, asked or not: a provider that came and went with the cache would show
+        # in every other preview's diff.
+        provider = aws.Provider(
+            f"{name}-pricing", region=PRICE_REGION, opts=pulumi.ResourceOptions(parent=self)
+        )
         prices = cache.prices(region, [q.key for q in queries])
         missing = [q for q in queries if prices[q.key] is None]
+        for query in missing:
+            prices[query.key] = _ask(query, provider)
         if missing:
-            provider = aws.Provider(
-                f"{name}-pricing", region=PRICE_REGION, opts=pulumi.ResourceOptions(parent=self)
-            )
-            for query in missing:
-                prices[query.key] = _ask(query, provider)
             cache.put(region, prices)
         self.report = build_report(prices)
         pulumi.log.info(self.report.format())
