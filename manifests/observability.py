@@ -38,7 +38,7 @@ from manifests.k8s import namespace, pod_security_labels
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
-from planning.system_pods import PodRequests
+from planning.system_pods import PodRequests, ray_autoscaling
 
 MONITORING_NAMESPACE = "monitoring"
 RELEASE = "kube-prometheus-stack"
@@ -57,8 +57,21 @@ DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
 DASHBOARD_FOLDER = "Ray LLM"
 RAY_DASHBOARDS = Path(__file__).resolve().parent / "dashboards" / f"ray-{versions.RAY_VERSION}"
 """Ray's own dashboards, generated from the Ray the image runs (PROVENANCE.md there)."""
-HEAD_METRICS_PORTS = {"as-metrics": 44217, "dash-metrics": 44227}
-"""Ray's autoscaler and dashboard metrics ports, which KubeRay does not declare itself."""
+DASHBOARD_METRICS_PORT = ("dash-metrics", 44227)
+"""Ray's dashboard metrics, on the head; KubeRay does not declare the port itself."""
+AUTOSCALER_METRICS_PORT = ("as-metrics", 44217)
+"""KubeRay's autoscaler sidecar's metrics, in the head pod: only where it runs (a scraped port nobody
+listens on would make kube-prometheus-stack's TargetDown fire for ever)."""
+
+
+def head_metrics_ports(settings: Settings) -> dict[str, int]:
+    """The head's metrics ports beside KubeRay's own `metrics` (8080)."""
+    ports = dict([DASHBOARD_METRICS_PORT])
+    if ray_autoscaling(settings):
+        ports = dict([AUTOSCALER_METRICS_PORT, DASHBOARD_METRICS_PORT])
+    return ports
+
+
 GRAFANA_LOCAL_URL = "http://127.0.0.1:3000"
 """Where the browser reaches Grafana through `ops dashboards` (the Ray dashboard's iframes load from here)."""
 
@@ -214,14 +227,13 @@ def pod_monitors(settings: Settings) -> list[dict[str, Any]]:
             "kind": "PodMonitor",
             "metadata": {"name": name, "namespace": serving_namespace},
             "spec": {
-                "jobLabel": name,
                 "selector": {"matchLabels": {"ray.io/node-type": node_type}},
                 "podMetricsEndpoints": [{"port": port, "relabelings": _relabel_cluster()} for port in ports],
             },
         }
 
     return [
-        monitor("ray-head-monitor", "head", ["metrics", *HEAD_METRICS_PORTS]),
+        monitor("ray-head-monitor", "head", ["metrics", *head_metrics_ports(settings)]),
         monitor("ray-workers-monitor", "worker", ["metrics"]),
     ]
 

@@ -45,7 +45,7 @@ from manifests.k8s import (
     pod_security_labels,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
-from manifests.observability import HEAD_METRICS_PORTS, head_dashboard_env
+from manifests.observability import head_dashboard_env, head_metrics_ports
 from manifests.prepull import prepull_daemon_set
 from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
@@ -237,7 +237,10 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     ContainerPort(name="serve", container_port=8000),
                     # Ray's autoscaler and dashboard metrics, for the head's PodMonitor (KubeRay adds
                     # `metrics`, 8080, itself).
-                    *(ContainerPort(name=n, container_port=p) for n, p in HEAD_METRICS_PORTS.items()),
+                    *(
+                        ContainerPort(name=n, container_port=p)
+                        for n, p in head_metrics_ports(settings).items()
+                    ),
                 ],
                 env=[EnvVar(name=k, value=v) for k, v in head_dashboard_env().items()]
                 if settings.observability.enabled

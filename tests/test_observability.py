@@ -225,7 +225,22 @@ class TestMonitors:
                 assert endpoint["port"] in [*declared[node_type], KUBERAY_METRICS_PORT], endpoint["port"]
                 assert endpoint["relabelings"][0]["targetLabel"] == "ray_io_cluster"
         head_ports = [e["port"] for e in monitors["head"]["spec"]["podMetricsEndpoints"]]
-        assert head_ports == ["metrics", "as-metrics", "dash-metrics"]
+        # No autoscaler here, so nothing listens on as-metrics: a target for it would always be down.
+        assert head_ports == ["metrics", "dash-metrics"]
+
+    def test_the_autoscalers_metrics_are_scraped_where_it_runs(self):
+        s = settings(autoscaling={"decode": {"maxReplicas": 2}}, gpuNodes={"maxSize": 3})
+        (head,) = [m for m in pod_monitors(s) if m["metadata"]["name"] == "ray-head-monitor"]
+        assert [e["port"] for e in head["spec"]["podMetricsEndpoints"]] == [
+            "metrics",
+            "as-metrics",
+            "dash-metrics",
+        ]
+        plan = plan_stack(s, stack="dev")
+        ports = build_rayservice(s, plan).to_dict()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"][
+            "spec"
+        ]
+        assert {"name": "as-metrics", "containerPort": 44217} in ports["containers"][0]["ports"]
 
     def test_monitors_and_rules_live_beside_the_rayservice_after_the_operator(self, dev_stack):
         chart = release(dev_stack, "kube-prometheus-stack")
