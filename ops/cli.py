@@ -283,6 +283,11 @@ def _against_cluster(
                 )
             print(report.format())
             return 0 if report.rayservice is not None or report.parked else 1
+    if settings and settings.autoscaling.parked:
+        raise OpsError(
+            f"stack {args.stack} is parked (autoscaling.parked): no model serves, the endpoint answers 503; "
+            "set autoscaling.parked: false and `pulumi up` first"
+        )
     with _kubeconfig(args, run) as kubeconfig:
         key = _api_key(args, settings, run)
         endpoint, headers, gateway = _http_route(args, settings, namespace, name, key)

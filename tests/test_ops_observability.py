@@ -223,3 +223,17 @@ def test_status_without_cached_prices_says_how_to_get_them(tmp_path, capsys):
     )
 
     assert "Cost now: unknown (no price cached: run `pulumi preview`)" in capsys.readouterr().out
+
+
+def test_verify_of_a_parked_stack_says_so_instead_of_failing_every_check(tmp_path, capsys):
+    stack = (ROOT / "Pulumi.dev.yaml").read_text() + "  ray-llm-eks:autoscaling:\n    parked: true\n"
+    (tmp_path / "Pulumi.parked.yaml").write_text(stack)
+
+    code = main(
+        ["verify", "--stack", "parked", "--root", str(tmp_path)],
+        connect=lambda _: healthy_cluster(),
+        run=stack_outputs,
+    )
+
+    assert code == 1
+    assert "is parked (autoscaling.parked): no model serves" in capsys.readouterr().err
