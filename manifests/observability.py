@@ -57,19 +57,21 @@ DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
 DASHBOARD_FOLDER = "Ray LLM"
 RAY_DASHBOARDS = Path(__file__).resolve().parent / "dashboards" / f"ray-{versions.RAY_VERSION}"
 """Ray's own dashboards, generated from the Ray the image runs (PROVENANCE.md there)."""
-DASHBOARD_METRICS_PORT = ("dash-metrics", 44227)
+DASHBOARD_METRICS_PORT: tuple[str, int] = ("dash-metrics", 44227)
 """Ray's dashboard metrics, on the head; KubeRay does not declare the port itself."""
-AUTOSCALER_METRICS_PORT = ("as-metrics", 44217)
+AUTOSCALER_METRICS_PORT: tuple[str, int] = ("as-metrics", 44217)
 """KubeRay's autoscaler sidecar's metrics, in the head pod: only where it runs (a scraped port nobody
 listens on would make kube-prometheus-stack's TargetDown fire for ever)."""
 
 
 def head_metrics_ports(settings: Settings) -> dict[str, int]:
     """The head's metrics ports beside KubeRay's own `metrics` (8080)."""
-    ports = dict([DASHBOARD_METRICS_PORT])
-    if ray_autoscaling(settings):
-        ports = dict([AUTOSCALER_METRICS_PORT, DASHBOARD_METRICS_PORT])
-    return ports
+    chosen = (
+        [AUTOSCALER_METRICS_PORT, DASHBOARD_METRICS_PORT]
+        if ray_autoscaling(settings)
+        else [DASHBOARD_METRICS_PORT]
+    )
+    return {name: port for name, port in chosen}
 
 
 GRAFANA_LOCAL_URL = "http://127.0.0.1:3000"
