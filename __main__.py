@@ -144,13 +144,12 @@ def main() -> None:
     for message in (*plan.warnings, *zones.warnings):
         pulumi.log.warn(message)
 
-    nat_gateways = 1 if settings.network.nat_gateways == "single" else len(zones.cluster_zones)
     CostEstimate(
         "cost",
         queries=price_queries(settings),
         region=settings.region,
         cache=price_cache(),
-        build_report=lambda prices: cost_report(settings, prices, nat_gateways),
+        build_report=lambda prices: cost_report(settings, prices, len(zones.cluster_zones)),
     )
 
     network = Network(

@@ -11,6 +11,7 @@ deletes the NLB, its target groups and security groups. So those Services depend
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -73,7 +74,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         values = dict(chart.values, vpcId=vpc_id)
         self.release = helm_release(
             f"{name}-release",
-            HelmChart(chart.chart, chart.version, chart.repo, chart.namespace, values, chart.skip_crds),
+            dataclasses.replace(chart, values=values),
             pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[crds, association])),
         )
         self.ready = [crds, association, self.release]

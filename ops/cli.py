@@ -222,8 +222,7 @@ def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
     network = settings.network
     zones = len(network.availability_zones) if network.availability_zones else network.max_availability_zones
-    nat_gateways = 1 if network.nat_gateways == "single" else zones
-    return running_cost(settings, prices, nat_gateways, gpu_nodes)
+    return running_cost(settings, prices, zones, gpu_nodes)
 
 
 def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str | None:

@@ -147,11 +147,9 @@ class CostReport:
         return "\n".join(lines)
 
 
-def running_cost(
-    settings: Settings, prices: dict[str, float | None], nat_gateways: int, gpu_nodes: int
-) -> str:
+def running_cost(settings: Settings, prices: dict[str, float | None], zones: int, gpu_nodes: int) -> str:
     """What the stack costs now, with the GPU nodes that run (for `ops status`)."""
-    report = cost_report(settings, prices, nat_gateways)
+    report = cost_report(settings, prices, zones)
     gpu = report.serving[-1]
     now = (*report.serving[:-1], CostLine(gpu.part, gpu_nodes, gpu.unit_price))
     total = CostReport.total(now)
@@ -161,8 +159,15 @@ def running_cost(
     return f"Cost now: {shown} on demand, with {gpu_nodes} GPU node(s); at most {at_most}"
 
 
-def cost_report(settings: Settings, prices: dict[str, float | None], nat_gateways: int) -> CostReport:
+def nat_gateway_count(settings: Settings, zones: int) -> int:
+    """One NAT gateway, or one per cluster zone (`network.natGateways`)."""
+    return 1 if settings.network.nat_gateways == "single" else zones
+
+
+def cost_report(settings: Settings, prices: dict[str, float | None], zones: int) -> CostReport:
+    """`zones`: the cluster's availability zones (a NAT gateway each with `natGateways: perAz`)."""
     system, gpu = settings.system_nodes, settings.gpu_nodes
+    nat_gateways = nat_gateway_count(settings, zones)
 
     def line(part: str, count: int, key: str) -> CostLine:
         return CostLine(part, count, prices.get(key))
