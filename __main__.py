@@ -167,6 +167,7 @@ def main() -> None:
         access_entries=access.entries,
         system_nodes=settings.system_nodes,
         region=settings.region,
+        account_id=caller.account_id,
         vpc_id=network.vpc_id,
         private_subnet_ids=network.private_subnet_ids,
     )
@@ -273,6 +274,7 @@ def main() -> None:
             system_nodes=[cluster.system_node_group],
             gpu_nodes=[gpu_nodes.node_group],
             pod_identity_agent=cluster.pod_identity_agent,
+            volume_key_arn=cluster.volume_key_arn,
             serving_namespace=ray_service.namespace,
             kuberay=[kuberay.release],
         )

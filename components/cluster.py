@@ -3,18 +3,29 @@ object of the stack goes through.
 
 - Access: EKS access entries (authentication mode API). EKS makes whoever creates the cluster an
   admin; the listed admins and viewers get entries as planning/access.py decides.
-- Add-ons: vpc-cni and kube-proxy are EKS managed add-ons that pulumi-eks creates with the cluster.
-  Without a default node group pulumi-eks creates no coredns add-on (EKS bootstraps a self-managed
-  coredns), so the managed coredns add-on is created here, after the system nodes exist: created
-  before any node can schedule it, it stays DEGRADED until it times out (pulumi/pulumi-eks#1525).
+- Add-ons: kube-proxy is the EKS managed add-on pulumi-eks creates with the cluster. The vpc-cni
+  add-on is ours (below), not pulumi-eks's, so that it can have its own role. Without a default node
+  group pulumi-eks creates no coredns add-on (EKS bootstraps a self-managed coredns), so the managed
+  coredns add-on is created here, after the system nodes exist: created before any node can schedule
+  it, it stays DEGRADED until it times out (pulumi/pulumi-eks#1525).
+- The VPC CNI (aws-node) gets its EC2 permissions from its own role through IRSA, not from the node
+  role, which pods could borrow: pulumi-eks hard-codes the IMDS hop limit at 2. IRSA, not Pod
+  Identity: it is the way AWS documents for this add-on, and aws-node gets its credentials from STS
+  itself, before any other DaemonSet (the Pod Identity agent) runs on a new node. IRSA's trust names
+  the cluster's OIDC provider, which pulumi-eks creates inside its Cluster: its own vpc-cni add-on
+  could not take that role without a cycle, so `use_default_vpc_cni` leaves the add-on to us. The
+  add-on turns on network policy enforcement, which the stack's NetworkPolicies need.
 - Security: Kubernetes secrets encrypted with KMS, control-plane logs on (in a log group the stack
-  owns, with retention), IMDSv2 required on nodes,
-  nodes only in private subnets, a node role with only the three policies a node needs.
+  owns, with retention), IMDSv2 required on nodes, nodes only in private subnets, their root volumes
+  encrypted with a KMS key, a node role with only what the kubelet and image pulls need, none of
+  pulumi-eks's default security groups (managed node groups use the EKS cluster security group).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -27,9 +38,84 @@ from planning.nodes import SYSTEM_NODE_LABELS
 
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",  # kubelet: describe the cluster and EC2
-    "AmazonEKS_CNI_Policy",  # vpc-cni (aws-node) assigns pod IPs from the node's ENIs
     "AmazonEC2ContainerRegistryReadOnly",  # pull the Ray LLM DLC and add-on images from ECR
 )
+"""No AmazonEKS_CNI_Policy: the VPC CNI has its own role (VPC_CNI_POLICY)."""
+
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+"""What aws-node needs to attach ENIs and assign pod IPs (AWS's managed policy for the add-on)."""
+VPC_CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+"""The add-on's network policy agent enforces NetworkPolicies (off by default; add-on >= v1.14)."""
+
+
+def volume_key_policy(account_id: str, region: str, partition: str) -> str:
+    """The EBS volume key's policy: the account administers it through IAM, and EC2 may use it for any
+    principal of this account, as the AWS-managed `aws/ebs` key allows. That covers the Auto Scaling
+    service-linked role that launches the nodes (it may not exist yet in a new account, so it cannot be
+    named) and the EBS CSI driver creating Prometheus's volume."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "AccountAdministers",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:{partition}:iam::{account_id}:root"},
+                    "Action": "kms:*",
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "EbsOfThisAccount",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": "*"},
+                    "Action": [
+                        "kms:Encrypt",
+                        "kms:Decrypt",
+                        "kms:ReEncrypt*",
+                        "kms:GenerateDataKey*",
+                        "kms:CreateGrant",
+                        "kms:DescribeKey",
+                    ],
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {
+                            "kms:CallerAccount": account_id,
+                            "kms:ViaService": f"ec2.{region}.amazonaws.com",
+                        }
+                    },
+                },
+            ],
+        }
+    )
+
+
+def encrypted_root_volume(
+    key_arn: pulumi.Input[str],
+) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
+    """pulumi-eks builds a managed node group's launch template itself (IMDSv2, EFA) with only the root
+    volume's size (nodes/nodegroup.ts: `ebs: {volumeSize}` on /dev/xvda); it takes no encryption
+    option, and a launch template of our own is refused together with EFA. So this transform completes
+    the root volume of the template it creates: gp3, encrypted with the stack's key."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "aws:ec2/launchTemplate:LaunchTemplate":
+            return None
+
+        def complete(given: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+            ebs = {"encrypted": "true", "kmsKeyId": key_arn, "volumeType": "gp3"}
+            return [{**m, "ebs": {**m.get("ebs", {}), **ebs}} for m in given or []]
+
+        given = args.props.get("blockDeviceMappings")
+        # A list as pulumi-eks builds it (the disk size is plain); an Output is completed when known.
+        mappings = (
+            complete(given) if isinstance(given, list) else pulumi.Output.from_input(given).apply(complete)
+        )
+        return pulumi.ResourceTransformResult(
+            props={**args.props, "blockDeviceMappings": mappings}, opts=args.opts
+        )
+
+    return transform
 
 
 class Cluster(pulumi.ComponentResource):
@@ -51,6 +137,15 @@ class Cluster(pulumi.ComponentResource):
     """IAM OIDC provider of the cluster, for IAM roles for service accounts."""
     pod_identity_agent: aws.eks.Addon
     """EKS Pod Identity's agent; Pod Identity associations are used through it."""
+    vpc_cni: aws.eks.Addon
+    """The VPC CNI add-on (aws-node, with network policy enforcement)."""
+    node_dependencies: list[pulumi.Resource]
+    """What a node group must wait for, or its nodes cannot join or get pod networking: the node role's
+    policies and the VPC CNI with its own role."""
+    volume_key_arn: pulumi.Output[str]
+    """KMS key of every EBS volume of the stack."""
+    root_volume_transform: Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]
+    """Give a node group this transform: its nodes' root volumes are encrypted with the key."""
 
     def __init__(
         self,
@@ -61,6 +156,7 @@ class Cluster(pulumi.ComponentResource):
         access_entries: Sequence[AccessEntry],
         system_nodes: SystemNodesConfig,
         region: str,
+        account_id: str,
         vpc_id: pulumi.Input[str],
         private_subnet_ids: pulumi.Input[list[str]],
         opts: pulumi.ResourceOptions | None = None,
@@ -81,6 +177,19 @@ class Cluster(pulumi.ComponentResource):
                 opts=child,
             )
             key_arn = key.arn
+
+        if config.volume_kms_key_arn:
+            self.volume_key_arn = pulumi.Output.from_input(config.volume_kms_key_arn)
+        else:
+            self.volume_key_arn = aws.kms.Key(
+                f"{name}-volumes",
+                description=f"EBS volumes of EKS cluster {cluster_name} (node root volumes, Prometheus)",
+                enable_key_rotation=True,
+                deletion_window_in_days=7,
+                policy=volume_key_policy(account_id, region, partition),
+                opts=child,
+            ).arn
+        self.root_volume_transform = encrypted_root_volume(self.volume_key_arn)
 
         self.node_role = aws.iam.Role(
             f"{name}-node",
@@ -158,12 +267,21 @@ class Cluster(pulumi.ComponentResource):
             # Without a default node group pulumi-eks creates no coredns add-on anyway; say so, since
             # ours follows the system nodes (below).
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
-            tags={"Name": cluster_name},
+            # Ours, with its own role (below).
+            use_default_vpc_cni=True,
+            # Managed node groups use the EKS cluster security group: pulumi-eks's node security group
+            # and cluster security group would only be created, never used.
+            skip_default_security_groups=True,
+            # On the cluster only: `tags` would rename every child pulumi-eks tags (roles, add-ons).
+            cluster_tags={"Name": cluster_name},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=log_groups)),
         )
         # Known before the cluster exists, but carrying the dependency on it: what is created with the
         # name (Pod Identity associations) must wait for the cluster.
         self.cluster_name = self.eks_cluster.urn.apply(lambda _: cluster_name)
+
+        self.vpc_cni = self._vpc_cni(name, cluster_name, config.kubernetes_version, partition, child)
+        self.node_dependencies = [*attachments, self.vpc_cni]
 
         system = system_nodes
         self.system_node_group = eks.ManagedNodeGroup(
@@ -179,7 +297,12 @@ class Cluster(pulumi.ComponentResource):
             disk_size=system.disk_size_gib,
             operating_system=eks.OperatingSystem.AL2023,
             enable_imd_sv2=True,
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=attachments)),
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    depends_on=self.node_dependencies, transforms=[self.root_volume_transform]
+                ),
+            ),
         )
 
         aws.eks.Addon(
@@ -221,8 +344,84 @@ class Cluster(pulumi.ComponentResource):
 
         self.register_outputs(
             {
+                "volumeKeyArn": self.volume_key_arn,
                 "clusterName": self.cluster_name,
                 "kubeconfig": self.kubeconfig,
                 "oidcProviderArn": self.oidc_provider_arn,
             }
+        )
+
+    def _vpc_cni(
+        self,
+        name: str,
+        cluster_name: str,
+        kubernetes_version: str,
+        partition: str,
+        child: pulumi.ResourceOptions,
+    ) -> aws.eks.Addon:
+        """The VPC CNI add-on and its IRSA role, before any node group: nodes get pod networking from
+        aws-node, which must have its permissions from the first node on."""
+        namespace, account = VPC_CNI_SERVICE_ACCOUNT
+        issuer = self.eks_cluster.oidc_issuer
+        role = aws.iam.Role(
+            f"{name}-vpc-cni",
+            assume_role_policy=pulumi.Output.all(self.eks_cluster.oidc_provider_arn, issuer).apply(
+                lambda args: json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Principal": {"Federated": args[0]},
+                                "Action": "sts:AssumeRoleWithWebIdentity",
+                                "Condition": {
+                                    "StringEquals": {
+                                        f"{args[1]}:sub": f"system:serviceaccount:{namespace}:{account}",
+                                        f"{args[1]}:aud": "sts.amazonaws.com",
+                                    }
+                                },
+                            }
+                        ],
+                    }
+                )
+            ),
+            description=f"VPC CNI ({namespace}/{account}) of EKS cluster {cluster_name}",
+            opts=child,
+        )
+        attachment = aws.iam.RolePolicyAttachment(
+            f"{name}-vpc-cni",
+            role=role.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/{VPC_CNI_POLICY}",
+            opts=child,
+        )
+        return aws.eks.Addon(
+            f"{name}-vpc-cni",
+            cluster_name=self.cluster_name,
+            addon_name="vpc-cni",
+            addon_version=aws.eks.get_addon_version_output(
+                addon_name="vpc-cni", kubernetes_version=kubernetes_version, most_recent=True
+            ).version,
+            service_account_role_arn=role.arn,
+            configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
+            # EKS bootstraps a self-managed aws-node with every cluster; the add-on takes it over.
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            # Deleting the add-on must never take pod networking from running nodes.
+            preserve=True,
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    depends_on=[attachment],
+                    # Stacks deployed before this change have pulumi-eks's add-on (the same EKS
+                    # add-on): this one takes its state over, an update instead of a second create.
+                    aliases=[
+                        pulumi.Alias(
+                            name=f"{name}-eks-vpc-cni",
+                            parent=pulumi.resource.create_urn(
+                                f"{name}-eks-vpc-cni", "eks:index:VpcCniAddon", parent=self.eks_cluster
+                            ),
+                        )
+                    ],
+                ),
+            ),
         )

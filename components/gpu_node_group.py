@@ -78,9 +78,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # Cluster Autoscaler changes the desired size: an `up` must not set it back.
             ignore_scaling_changes=True if autoscaled else None,
             tags=tags or None,
-            # Nodes cannot join before the node role has its policies.
+            # Nodes cannot join before the node role has its policies and the VPC CNI its role.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=cluster.node_role_policies, transforms=[no_surge]
+                parent=self,
+                depends_on=cluster.node_dependencies,
+                transforms=[no_surge, cluster.root_volume_transform],
             ),
         )
         self.register_outputs({"availabilityZone": zone})

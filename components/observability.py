@@ -49,13 +49,15 @@ class Observability(pulumi.ComponentResource):
         system_nodes: Sequence[pulumi.Resource],
         gpu_nodes: Sequence[pulumi.Resource],
         pod_identity_agent: pulumi.Resource,
+        volume_key_arn: pulumi.Input[str],
         serving_namespace: pulumi.Input[str],
         kuberay: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`system_nodes`, `gpu_nodes`: the node groups (what runs where must exist first);
-        `serving_namespace`: the RayService's, where its monitors and rules go; `kuberay`: the operator's
-        release, whose Service the ServiceMonitor scrapes."""
+        `volume_key_arn`: the KMS key of Prometheus's volume; `serving_namespace`: the RayService's,
+        where its monitors and rules go; `kuberay`: the operator's release, whose Service the
+        ServiceMonitor scrapes."""
         super().__init__("ray-llm-eks:observability:Observability", name, None, opts)
         aws_child = pulumi.ResourceOptions(parent=self)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
@@ -95,7 +97,8 @@ class Observability(pulumi.ComponentResource):
             f"{name}-gp3",
             metadata=storage["metadata"],
             provisioner=storage["provisioner"],
-            parameters=storage["parameters"],
+            # Prometheus's volume, encrypted with the stack's EBS key (the CSI driver's `kmsKeyId`).
+            parameters={**storage["parameters"], "kmsKeyId": volume_key_arn},
             volume_binding_mode=storage["volumeBindingMode"],
             allow_volume_expansion=storage["allowVolumeExpansion"],
             reclaim_policy=storage["reclaimPolicy"],

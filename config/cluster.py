@@ -70,6 +70,15 @@ class ClusterConfig(StrictModel):
         "rotation) for the cluster.",
     )
 
+    volume_kms_key_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+$",
+        description="KMS key that encrypts every EBS volume the stack creates (the nodes' root volumes, "
+        "Prometheus's volume). Its key policy must let EC2 use it for this account (`kms:ViaService` "
+        "`ec2.<region>.amazonaws.com`), or nodes fail to launch. Default: the stack creates one (with "
+        "rotation) whose policy says exactly that.",
+    )
+
     @model_validator(mode="after")
     def _cidrs_need_public_endpoint(self) -> ClusterConfig:
         open_world = [IPv4Network("0.0.0.0/0")]

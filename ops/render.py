@@ -3,8 +3,9 @@ Job, the RayService, the serve readiness check) and the endpoint's (Envoy Gatewa
 Gateway API objects, the key and timeout policies, the load balancer Service) and the metrics stack's
 (its namespace, the gp3 StorageClass, the monitors, the alert rules, the dashboards) as multi-document
 YAML, offline; the Helm charts' values are in manifests/ as data. Offline the AWS account is unknown,
-so the model cache's bucket name shows `<account-id>`. The API keys' Secret shows its clients with a
-placeholder: the keys exist only in Pulumi's state.
+so the model cache's bucket name shows `<account-id>`, and the StorageClass's KMS key a placeholder
+unless the stack names its own. The API keys' Secret shows its clients with a placeholder: the keys
+exist only in Pulumi's state.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -36,6 +37,7 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _str_representer)
 
 KEY_PLACEHOLDER = "<secret: set by pulumi up; `pulumi stack output apiKeys --show-secrets`>"
+VOLUME_KEY_PLACEHOLDER = "<ARN of the stack's EBS KMS key, created by pulumi up>"
 
 
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
@@ -70,7 +72,13 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         observability = build_observability(settings)
         rendered += [
             observability.namespace,
-            observability.storage_class,
+            {
+                **observability.storage_class,
+                "parameters": {
+                    **observability.storage_class["parameters"],
+                    "kmsKeyId": settings.cluster.volume_kms_key_arn or VOLUME_KEY_PLACEHOLDER,
+                },
+            },
             *observability.monitoring_objects(),
             *observability.dashboards,
         ]

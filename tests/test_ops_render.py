@@ -4,13 +4,14 @@ in the repository, and a bad stack file must stop it with the offending key name
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ops.cli import main
-from ops.render import KEY_PLACEHOLDER
+from ops.render import KEY_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
 from tests.fakes.pulumi import ROOT, STACKS, run_stack
 
@@ -66,7 +67,9 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
         "reclaimPolicy",
     )
     program = {
-        (r.inputs["kind"], r.inputs["metadata"]["name"]): {k: r.inputs[k] for k in fields if k in r.inputs}
+        (r.inputs["kind"], r.inputs["metadata"]["name"]): copy.deepcopy(
+            {k: r.inputs[k] for k in fields if k in r.inputs}
+        )
         for r in run.registrations
         if r.custom
         and r.inputs.get("kind") in kinds
@@ -76,6 +79,9 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     assert code == 0, err
     documents = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out)}
     keys = documents.pop(("Secret", "ray-llm-api-keys"))
+    # The EBS key is created by the program; render shows where its ARN goes.
+    assert documents[("StorageClass", "gp3")]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER
+    assert program[("StorageClass", "gp3")]["parameters"].pop("kmsKeyId").endswith("cluster-volumes")
     assert documents == program
     assert {kind for kind, _ in program} == set(kinds)
     # The keys' Secret: the program's clients, with a placeholder where the program holds the keys.

@@ -70,10 +70,11 @@ class TestDevStackBuildsTheSeedSystem:
         assert cluster["vpcId"] == "vpc/network-vpc"
 
     def test_core_addons_are_eks_managed(self, dev_stack: StackRun):
-        """vpc-cni and kube-proxy: pulumi-eks creates them as managed add-ons unless told otherwise;
-        coredns: ours, after the system nodes exist."""
+        """kube-proxy: pulumi-eks creates it as a managed add-on; vpc-cni: ours, with its own role
+        (test_least_privilege); coredns: ours, after the system nodes exist."""
         cluster = dev_stack.one(CLUSTER)
-        assert "useDefaultVpcCni" not in cluster.inputs
+        assert cluster.inputs["useDefaultVpcCni"] is True
+        assert dev_stack.one("aws:eks/addon:Addon", "cluster-vpc-cni").inputs["addonName"] == "vpc-cni"
         assert cluster.inputs["corednsAddonOptions"]["enabled"] is False
         assert "kubeProxyAddonOptions" not in cluster.inputs
         coredns = dev_stack.one("aws:eks/addon:Addon", "cluster-coredns")
@@ -196,11 +197,13 @@ class TestGraph:
             for p in dev_stack.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
             if p.name.startswith("cluster-node-")
         ]
-        assert len(policies) == 3
+        assert len(policies) == 2
+        vpc_cni = dev_stack.one("aws:eks/addon:Addon", "cluster-vpc-cni")
         for name in ("cluster-system", "gpu-nodes"):
             group = dev_stack.one(NODE_GROUP, name)
             assert group.inputs["cluster"] == cluster.urn, name
             assert all(depends_on(dev_stack, group, p) for p in policies), name
+            assert depends_on(dev_stack, group, vpc_cni), name  # pod networking from the first node
 
     def test_kuberay_waits_for_system_nodes_not_gpu_nodes(self, dev_stack: StackRun):
         kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")
@@ -239,7 +242,7 @@ class TestSecureDefaults:
             assert group.inputs["enableIMDSv2"] is True, group.name
 
     def test_secrets_encrypted_with_a_rotating_kms_key(self, dev_stack: StackRun):
-        key = dev_stack.one("aws:kms/key:Key")
+        key = dev_stack.one("aws:kms/key:Key", "cluster-secrets")
         assert key.inputs["enableKeyRotation"] is True
         assert (
             dev_stack.one(CLUSTER).inputs["encryptionConfigKeyArn"]
@@ -278,10 +281,11 @@ class TestSecureDefaults:
             for r in dev_stack.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
             if r.name.startswith("cluster-node-")
         )
+        # No AmazonEKS_CNI_Policy: pods could borrow the node role (IMDS hop limit 2); the VPC CNI
+        # has its own role (test_least_privilege).
         assert policies == [
             "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
             "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
-            "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
         ]
         assert "ec2.amazonaws.com" in role.inputs["assumeRolePolicy"]
         assert all(g.inputs["nodeRole"] == role.urn for g in dev_stack.of_type(NODE_GROUP))
@@ -300,7 +304,7 @@ class TestSecureDefaults:
     def test_bring_your_own_kms_key(self):
         arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
         run = run_stack(overrides={"cluster": {"secretsKmsKeyArn": arn}})
-        assert run.of_type("aws:kms/key:Key") == []
+        assert [k.name for k in run.of_type("aws:kms/key:Key")] == ["cluster-volumes"]
         assert run.one(CLUSTER).inputs["encryptionConfigKeyArn"] == arn
 
 

@@ -128,6 +128,7 @@ class Registration:
     retain_on_delete: bool
     replace_on_changes: list[str]
     custom_timeouts: dict[str, str]
+    aliases: list[dict[str, Any]]
     custom: bool
     inputs: dict[str, Any]
 
@@ -178,6 +179,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     retain_on_delete=request.retainOnDelete,
                     replace_on_changes=list(request.replaceOnChanges),
                     custom_timeouts=json_format.MessageToDict(request.customTimeouts),
+                    aliases=[json_format.MessageToDict(a) for a in request.aliases],
                     custom=request.custom,
                     inputs=_plain(raw),
                 )
@@ -261,7 +263,8 @@ class StackMocks(pulumi_mocks.Mocks):
             outputs.update(
                 kubeconfig=kubeconfig,
                 kubeconfigJson=json.dumps(kubeconfig),
-                oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/{args.name}",
+                oidcProviderArn=f"arn:aws:iam::123456789012:oidc-provider/oidc.eks.example/id/{args.name}",
+                oidcIssuer=f"oidc.eks.example/id/{args.name}",
                 clusterSecurityGroupId="sg-cluster",
             )
         elif args.typ == "kubernetes:core/v1:Service" and args.inputs["spec"].get("type") == "LoadBalancer":

@@ -1,0 +1,135 @@
+"""Least privilege (issue 15): the node role lends nothing to pods, the VPC CNI has its own role, nothing
+is created that is not used, every EBS volume is encrypted with a KMS key."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+
+from components.cluster import encrypted_root_volume
+from tests.fakes.pulumi import StackRun, run_stack
+
+CLUSTER = "eks:index:Cluster"
+ADDON = "aws:eks/addon:Addon"
+ROLE = "aws:iam/role:Role"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+KEY = "aws:kms/key:Key"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
+
+
+class TestVpcCni:
+    def test_has_its_own_role_through_irsa(self, dev_stack: StackRun):
+        role = dev_stack.one(ROLE, "cluster-vpc-cni")
+        (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+        assert statement["Principal"] == {
+            "Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.example/id/cluster-eks"
+        }
+        assert statement["Condition"]["StringEquals"] == {
+            "oidc.eks.example/id/cluster-eks:sub": "system:serviceaccount:kube-system:aws-node",
+            "oidc.eks.example/id/cluster-eks:aud": "sts.amazonaws.com",
+        }
+        cni_policy = [
+            a
+            for a in dev_stack.of_type(ATTACHMENT)
+            if a.inputs["policyArn"].endswith("/AmazonEKS_CNI_Policy")
+        ]
+        assert [a.inputs["role"] for a in cni_policy] == ["cluster-vpc-cni"]  # and not the node role
+
+    def test_the_addon_takes_the_role_and_enforces_network_policies(self, dev_stack: StackRun):
+        addon = dev_stack.one(ADDON, "cluster-vpc-cni")
+        assert addon.inputs["addonName"] == "vpc-cni"
+        assert addon.inputs["serviceAccountRoleArn"] == "arn:aws:mock::123456789012:cluster-vpc-cni"
+        assert json.loads(addon.inputs["configurationValues"]) == {"enableNetworkPolicy": "true"}
+        assert addon.inputs["resolveConflictsOnCreate"] == "OVERWRITE"  # EKS's bootstrapped aws-node
+        assert addon.inputs["preserve"] is True
+        # pulumi-eks's own add-on would have a role it cannot be given (a cycle through the OIDC provider)
+        assert dev_stack.one(CLUSTER).inputs["useDefaultVpcCni"] is True
+        assert "vpcCniOptions" not in dev_stack.one(CLUSTER).inputs
+
+    def test_takes_over_the_state_of_pulumi_eks_addon_on_existing_stacks(self, dev_stack: StackRun):
+        addon = dev_stack.one(ADDON, "cluster-vpc-cni")
+        cluster = dev_stack.one(CLUSTER)
+        # pulumi-eks: Cluster > VpcCniAddon `<cluster>-vpc-cni` > aws.eks.Addon of the same name
+        # (nodejs/eks/cluster/cluster.ts, addons/cni-addon.ts)
+        types, name = cluster.urn.rsplit("::", 1)
+        assert name == "cluster-eks"
+        (alias,) = addon.aliases
+        spec = alias.get("spec", alias)
+        assert spec["name"] == "cluster-eks-vpc-cni"
+        assert spec["parentUrn"] == f"{types}$eks:index:VpcCniAddon::cluster-eks-vpc-cni"
+
+
+class TestNothingUnused:
+    def test_no_default_security_groups(self, dev_stack: StackRun):
+        assert dev_stack.one(CLUSTER).inputs["skipDefaultSecurityGroups"] is True
+
+    def test_the_name_tag_names_the_cluster_only(self, dev_stack: StackRun):
+        cluster = dev_stack.one(CLUSTER).inputs
+        assert "tags" not in cluster  # pulumi-eks copies `tags` onto its children, Name included
+        assert cluster["clusterTags"] == {"Name": "ray-llm-multinode"}
+
+
+class TestEncryptedVolumes:
+    def test_the_volume_key_rotates_and_lets_ec2_of_this_account_use_it(self, dev_stack: StackRun):
+        key = dev_stack.one(KEY, "cluster-volumes").inputs
+        assert key["enableKeyRotation"] is True
+        admin, ebs = json.loads(key["policy"])["Statement"]
+        assert admin["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}
+        assert ebs["Condition"] == {
+            "StringEquals": {
+                "kms:CallerAccount": "123456789012",
+                "kms:ViaService": "ec2.sa-east-1.amazonaws.com",
+            }
+        }
+        assert "kms:CreateGrant" in ebs["Action"]  # the Auto Scaling role attaches volumes by grant
+
+    @pytest.mark.parametrize("group", ["cluster-system", "gpu-nodes"])
+    def test_every_node_group_encrypts_its_root_volume(self, dev_stack: StackRun, group: str):
+        transforms = dev_stack.transforms[group]
+        assert [t for t in transforms if t.__qualname__.startswith("encrypted_root_volume")], group
+        assert dev_stack.one(NODE_GROUP, group).inputs["diskSize"] > 0  # what the template's volume gets
+
+    def test_the_transform_completes_pulumi_eks_launch_template(self):
+        transform = encrypted_root_volume("arn:aws:kms:sa-east-1:123456789012:key/k")
+        template = pulumi.ResourceTransformArgs(
+            custom=True,
+            type_="aws:ec2/launchTemplate:LaunchTemplate",
+            name="gpu-nodes-launchTemplate",
+            props={
+                "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2},
+                "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 200}}],
+            },
+            opts=pulumi.ResourceOptions(),
+        )
+        result = transform(template)
+        assert result is not None
+        assert result.props["blockDeviceMappings"] == [
+            {
+                "deviceName": "/dev/xvda",
+                "ebs": {
+                    "volumeSize": 200,
+                    "encrypted": "true",
+                    "kmsKeyId": "arn:aws:kms:sa-east-1:123456789012:key/k",
+                    "volumeType": "gp3",
+                },
+            }
+        ]
+        assert result.props["metadataOptions"] == template.props["metadataOptions"]
+        node_group = pulumi.ResourceTransformArgs(
+            custom=True,
+            type_="aws:eks/nodeGroup:NodeGroup",
+            name="x",
+            props={},
+            opts=pulumi.ResourceOptions(),
+        )
+        assert transform(node_group) is None
+
+    def test_bring_your_own_volume_key(self):
+        arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
+        run = run_stack(overrides={"cluster": {"volumeKmsKeyArn": arn}})
+        assert [k.name for k in run.of_type(KEY)] == ["cluster-secrets"]
+        storage = run.one("kubernetes:storage.k8s.io/v1:StorageClass")
+        assert storage.inputs["parameters"]["kmsKeyId"] == arn
