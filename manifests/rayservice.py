@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from config import Settings
+from manifests import ray_ports
 from manifests.jobs import JOBS, ProgramJob
 from manifests.k8s import (
     ConfigMapVolumeSource,
@@ -149,6 +150,20 @@ def ready_annotations(settings: Settings, plan: Plan) -> dict[str, str]:
     }
 
 
+def _ports(ports: dict[str, int]) -> list[ContainerPort]:
+    return [ContainerPort(name=name, container_port=port) for name, port in ports.items()]
+
+
+def _aws_env(settings: Settings) -> list[EnvVar]:
+    """The AWS SDKs' region from the stack, and no instance metadata: the Ray pods' credentials come
+    from EKS Pod Identity, and the network policies block IMDS, so an SDK asking it would only wait."""
+    return [
+        EnvVar(name="AWS_REGION", value=settings.region),
+        EnvVar(name="AWS_DEFAULT_REGION", value=settings.region),
+        EnvVar(name="AWS_EC2_METADATA_DISABLED", value="true"),
+    ]
+
+
 def _ray_stop() -> Lifecycle:
     return Lifecycle(pre_stop=LifecycleHandler(exec=ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
@@ -230,21 +245,17 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
             Container(
                 name="ray-head",
                 image=image,
-                ports=[
-                    ContainerPort(name="gcs-server", container_port=6379),
-                    ContainerPort(name="dashboard", container_port=8265),
-                    # KubeRay points the <name>-serve-svc Service at the port named "serve".
-                    ContainerPort(name="serve", container_port=8000),
-                    # Ray's autoscaler and dashboard metrics, for the head's PodMonitor (KubeRay adds
-                    # `metrics`, 8080, itself).
+                # Every port another pod may reach, pinned (manifests/ray_ports.py). KubeRay points the
+                # <name>-serve-svc Service at the one named "serve"; the head's PodMonitor scrapes
+                # `metrics` and Ray's autoscaler and dashboard metrics.
+                ports=_ports({**ray_ports.container_ports(head=True), **head_metrics_ports(settings)}),
+                env=[
+                    *_aws_env(settings),
                     *(
-                        ContainerPort(name=n, container_port=p)
-                        for n, p in head_metrics_ports(settings).items()
+                        EnvVar(name=k, value=v)
+                        for k, v in (head_dashboard_env() if settings.observability.enabled else {}).items()
                     ),
                 ],
-                env=[EnvVar(name=k, value=v) for k, v in head_dashboard_env().items()]
-                if settings.observability.enabled
-                else None,
                 resources=ResourceRequirements(
                     requests={"cpu": head.cpu_request, "memory": head.memory_request},
                     limits={"cpu": head.cpu_limit, "memory": head.memory_limit},
@@ -264,8 +275,11 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         ),
         # Qwen3.5's hybrid (Gated DeltaNet) layers need this state layout for NIXL state transfer.
         EnvVar(name="VLLM_SSM_CONV_STATE_LAYOUT", value="DS"),
+        # One replica per worker pod, so one fixed NIXL handshake port the network policies allow.
+        EnvVar(name="VLLM_NIXL_SIDE_CHANNEL_PORT", value=str(ray_ports.NIXL_SIDE_CHANNEL)),
         EnvVar(name="HF_HOME", value=MODEL_CACHE_PATH),
         EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH),
+        *_aws_env(settings),
     ]
     if gpu.gpudirect_rdma:
         # Only P-series GPUs can register GPU memory with the EFA NIC directly; g5/g6/g6e cannot.
@@ -301,6 +315,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 name="ray-worker",
                 image=image,
                 env=env,
+                ports=_ports(ray_ports.container_ports(head=False)),
                 # Requests equal limits: Guaranteed QoS. The memory limit is most of the node, so the
                 # page cache keeps the checkpoint and a restart loads weights in seconds.
                 resources=ResourceRequirements(requests=worker_limits, limits=worker_limits),
@@ -355,7 +370,11 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 if plan.ray_autoscaling
                 else None,
                 head_group_spec=HeadGroupSpec(
-                    ray_start_params={"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+                    ray_start_params={
+                        "num-gpus": "0",
+                        "dashboard-host": "0.0.0.0",
+                        **ray_ports.ray_start_params(head=True),
+                    },
                     template=PodTemplate(spec=head_pod),
                 ),
                 worker_group_specs=[
@@ -364,7 +383,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                         replicas=workers,
                         min_replicas=workers,
                         max_replicas=most,
-                        ray_start_params={"num-gpus": str(tp)},
+                        ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
                         template=PodTemplate(
                             # Cluster Autoscaler never drains a node from under a serving worker; Ray's
                             # autoscaler removes idle workers first, and then the node is empty.

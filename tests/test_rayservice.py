@@ -95,12 +95,15 @@ class TestSeedFacts:
 
     def test_head_is_cpu_only_on_the_system_node(self, rayservice):
         head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]
-        assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
+        assert head["rayStartParams"].items() >= {"num-gpus": "0", "dashboard-host": "0.0.0.0"}.items()
         pod = head_pod(rayservice)
         assert pod["nodeSelector"] == {"role": "system"}
         (container,) = pod["containers"]
-        # 44227: the dashboard's metrics; the autoscaler's (44217) only where it runs (test_autoscaling)
-        assert sorted(p["containerPort"] for p in container["ports"]) == [6379, 8000, 8265, 44227]
+        # Ray's own (manifests/ray_ports.py; test_network_policy checks them), 44227: the dashboard's
+        # metrics; the autoscaler's (44217) only where it runs (test_autoscaling)
+        assert sorted(p["containerPort"] for p in container["ports"]) == [
+            *(6379, 6380, 6381, 6382, 6383, 8000, 8080, 8265, 10001, 44227, 52365)
+        ]
         assert {"name": "serve", "containerPort": 8000} in container["ports"]
         assert container["resources"] == {
             "requests": {"cpu": "2", "memory": "8Gi"},
@@ -112,7 +115,7 @@ class TestSeedFacts:
     def test_gpu_workers(self, rayservice):
         (group,) = worker_groups(rayservice)
         assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
-        assert group["rayStartParams"] == {"num-gpus": "1"}
+        assert group["rayStartParams"]["num-gpus"] == "1"
         pod = group["template"]["spec"]
         assert pod["nodeSelector"] == {"role": "gpu-worker"}
         assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -287,7 +290,7 @@ class TestServingVariants:
         obj = registered(run)
         pod = worker_groups(obj)[0]["template"]["spec"]
         assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
-        assert worker_groups(obj)[0]["rayStartParams"] == {"num-gpus": "2"}
+        assert worker_groups(obj)[0]["rayStartParams"]["num-gpus"] == "2"
         engine = serve_config(obj)["applications"][0]["args"]["decode_config"]["engine_kwargs"]
         assert engine["tensor_parallel_size"] == 2 and engine["trust_remote_code"] is True
         assert serve_errors(serve_config(obj)) == [] and pd_rule_errors(serve_config(obj)) == []
