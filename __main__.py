@@ -48,6 +48,7 @@ from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.observability import build_observability
 from manifests.rayservice import build_serving
+from manifests.serving_network import serving_policies
 from planning import plan_stack
 from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
@@ -233,6 +234,7 @@ def main() -> None:
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
+        network_policies=serving_policies(settings),
         parked=settings.autoscaling.parked,
     )
 

@@ -12,9 +12,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
+from components.network_policy import network_policies
 from components.pod_identity import pod_identity_role
 from manifests.charts import HelmChart
 from manifests.cluster_autoscaler import NAMESPACE, SERVICE_ACCOUNT, cluster_autoscaler_policy
+from manifests.network_policy import CLUSTER_AUTOSCALER_APP, no_instance_metadata
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -46,9 +48,14 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             description=f"Cluster Autoscaler ({NAMESPACE}/{SERVICE_ACCOUNT})",
             opts=pulumi.ResourceOptions(parent=self),
         )
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(after))
         self.release = helm_release(
             f"{name}-release",
             chart,
-            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[*after, association]),
+            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[association])),
+        )
+        # No instance metadata: the chart passes the region, credentials come from Pod Identity.
+        network_policies(
+            f"{name}-policy", [no_instance_metadata(NAMESPACE, CLUSTER_AUTOSCALER_APP)], in_cluster
         )
         self.register_outputs({"release": self.release.name})

@@ -22,6 +22,7 @@ import pulumi_random as random
 from pydantic import SecretStr
 
 from components.helm import helm_release
+from components.network_policy import network_policies
 from manifests.endpoint import EndpointManifests, envoy_gateway_chart, envoy_gateway_crds
 
 API_KEY_LENGTH = 48
@@ -64,6 +65,11 @@ class Endpoint(pulumi.ComponentResource):
         )
         namespace = k8s.core.v1.Namespace(
             f"{name}-gateway-ns", metadata=manifests.gateway_namespace["metadata"], opts=on_system_nodes
+        )
+        network_policies(
+            f"{name}-policy",
+            [manifests.gateway_network_policy],
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         crds = k8s.yaml.v2.ConfigGroup(
             f"{name}-crds",

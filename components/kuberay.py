@@ -16,8 +16,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
+from components.network_policy import network_policies
 from config.serving import KubeRayConfig
 from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator
+from manifests.network_policy import no_instance_metadata
 
 
 class KubeRayOperator(pulumi.ComponentResource):
@@ -40,6 +42,11 @@ class KubeRayOperator(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(system_nodes))
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata=kuberay_namespace(config)["metadata"], opts=child
+        )
+        network_policies(
+            f"{name}-policy",
+            [no_instance_metadata(config.namespace)],
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         self.crds = k8s.yaml.v2.ConfigGroup(
             f"{name}-crds",

@@ -19,6 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
+from components.network_policy import network_policies
 from components.pod_identity import pod_identity_role
 from manifests.charts import HelmChart
 from manifests.load_balancer import (
@@ -27,6 +28,7 @@ from manifests.load_balancer import (
     controller_policy,
     load_balancer_controller_crds,
 )
+from manifests.network_policy import LOAD_BALANCER_CONTROLLER_APP, no_instance_metadata
 
 
 class LoadBalancerController(pulumi.ComponentResource):
@@ -76,6 +78,12 @@ class LoadBalancerController(pulumi.ComponentResource):
             f"{name}-release",
             dataclasses.replace(chart, values=values),
             pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[crds, association])),
+        )
+        # No instance metadata: region and VPC are given, credentials come from Pod Identity.
+        network_policies(
+            f"{name}-policy",
+            [no_instance_metadata(CONTROLLER_NAMESPACE, LOAD_BALANCER_CONTROLLER_APP)],
+            in_cluster,
         )
         self.ready = [crds, association, self.release]
         self.register_outputs({"release": self.release.name})

@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components.helm import helm_release
+from components.network_policy import network_policies
 from components.pod_identity import POD_IDENTITY_TRUST
 from manifests.observability import (
     GRAFANA_ADMIN_SECRET,
@@ -108,6 +109,11 @@ class Observability(pulumi.ComponentResource):
             f"{name}-ns",
             metadata=manifests.namespace["metadata"],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(system_nodes))),
+        )
+        network_policies(
+            f"{name}-policy",
+            [manifests.network_policy],
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         crds = k8s.yaml.v2.ConfigGroup(
             f"{name}-crds",

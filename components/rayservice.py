@@ -8,10 +8,12 @@ change rolls out, so it can target an existing cluster as well as the one this s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.network_policy import network_policies as apply_network_policies
 from manifests.jobs import ProgramJob
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, ServingManifests
 from planning.upgrades import UpgradePlan
@@ -36,18 +38,21 @@ class RayService(pulumi.ComponentResource):
         provider: k8s.Provider,
         depends_on: Sequence[pulumi.Resource],
         copy_after: Sequence[pulumi.Resource] = (),
+        network_policies: Sequence[dict[str, Any]] = (),
         parked: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`depends_on`: the KubeRay CRDs and release, the GPU node group and the device plugins (so the
         workers can be scheduled at all), and the model cache's Pod Identity associations;
         `copy_after`: what the model copy Job needs (the system nodes, its Pod Identity); `parked`: no
-        RayService (and no GPU workers) and no readiness check, everything else as when serving."""
+        RayService (and no GPU workers) and no readiness check, everything else as when serving;
+        `network_policies`: the namespace's (manifests/serving_network.py), in place before any pod."""
         super().__init__("ray-llm-eks:rayservice:RayService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=manifests.namespace["metadata"], opts=child)
 
         in_namespace = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace]))
+        policies = apply_network_policies(name, network_policies, in_namespace)
         accounts = [
             k8s.core.v1.ServiceAccount(
                 f"{name}-sa-{sa['metadata']['name']}", metadata=sa["metadata"], opts=in_namespace
@@ -67,7 +72,7 @@ class RayService(pulumi.ComponentResource):
             data=manifests.plugins["data"],
             opts=in_namespace,
         )
-        wait_for = [*depends_on, *accounts, plugins]
+        wait_for = [*depends_on, *accounts, plugins, *policies]
         hf_secret = None
         if manifests.hf_token is not None:
             hf_secret = k8s.core.v1.Secret(

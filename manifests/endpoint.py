@@ -34,6 +34,7 @@ from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
 from manifests.load_balancer import LOAD_BALANCER_CLASS
+from manifests.network_policy import no_instance_metadata
 from manifests.rayservice import serve_service_name
 from planning.nodes import SYSTEM_NODE_LABELS
 from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
@@ -323,6 +324,8 @@ class EndpointManifests:
     only the Pulumi program holds the keys (`api_keys_secret` names it)."""
 
     gateway_namespace: dict[str, Any]
+    gateway_network_policy: dict[str, Any]
+    """No instance metadata for the gateway's namespace (Envoy Gateway and its proxies)."""
     gateway_class: GatewayClass
     envoy_proxy: EnvoyProxy
     gateway: Gateway
@@ -488,6 +491,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
     )
     return EndpointManifests(
         gateway_namespace=gateway_namespace(),
+        gateway_network_policy=no_instance_metadata(GATEWAY_NAMESPACE),
         gateway_class=GatewayClass(
             metadata=meta(GATEWAY_CLASS, None), spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER)
         ),

@@ -23,6 +23,7 @@ from manifests.k8s import (
     K8sModel,
     Manifest,
     ObjectMeta,
+    PodMetadata,
     PodSpec,
     PodTemplate,
     ResourceRequirements,
@@ -116,6 +117,8 @@ def program_job(
             backoff_limit=0,
             active_deadline_seconds=timeout_seconds,
             template=PodTemplate(
+                # The pod's own labels too: what network policies and `kubectl logs -l` select.
+                metadata=PodMetadata(labels=labels),
                 spec=PodSpec(
                     containers=[container],
                     node_selector=dict(SYSTEM_NODE_LABELS),
@@ -125,7 +128,7 @@ def program_job(
                         Volume(name="program", config_map=ConfigMapVolumeSource(name=name)),
                         *(volumes or []),
                     ],
-                )
+                ),
             ),
         ),
     )

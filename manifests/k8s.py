@@ -127,6 +127,7 @@ class PodSpec(K8sModel):
 
 
 class PodMetadata(K8sModel):
+    labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
 
 

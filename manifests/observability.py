@@ -35,6 +35,7 @@ from typing import Any
 from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import namespace, pod_security_labels
+from manifests.network_policy import no_instance_metadata
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
@@ -401,6 +402,8 @@ def head_dashboard_env() -> dict[str, str]:
 @dataclass(frozen=True)
 class ObservabilityManifests:
     namespace: dict[str, Any]
+    network_policy: dict[str, Any]
+    """No instance metadata for the monitoring namespace."""
     storage_class: dict[str, Any]
     kube_prometheus_stack: HelmChart
     dcgm_exporter: HelmChart
@@ -417,6 +420,7 @@ class ObservabilityManifests:
 def build_observability(settings: Settings) -> ObservabilityManifests:
     return ObservabilityManifests(
         namespace=monitoring_namespace(),
+        network_policy=no_instance_metadata(MONITORING_NAMESPACE),
         storage_class=storage_class(),
         kube_prometheus_stack=kube_prometheus_stack_chart(settings),
         dcgm_exporter=dcgm_exporter_chart(),

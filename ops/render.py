@@ -1,11 +1,11 @@
-"""`ops render`: the serving layer's Kubernetes objects (Namespace, service accounts, the model copy
-Job, the RayService, the serve readiness check) and the endpoint's (Envoy Gateway's namespace, the
-Gateway API objects, the key and timeout policies, the load balancer Service) and the metrics stack's
-(its namespace, the gp3 StorageClass, the monitors, the alert rules, the dashboards) as multi-document
-YAML, offline; the Helm charts' values are in manifests/ as data. Offline the AWS account is unknown,
-so the model cache's bucket name shows `<account-id>`, and the StorageClass's KMS key a placeholder
-unless the stack names its own. The API keys' Secret shows its clients with a placeholder: the keys
-exist only in Pulumi's state.
+"""`ops render`: the serving layer's Kubernetes objects (Namespace, its NetworkPolicies, service
+accounts, the model copy Job, the RayService, the serve readiness check) and the endpoint's (Envoy
+Gateway's namespace and its policy, the Gateway API objects, the key and timeout policies, the load
+balancer Service) and the metrics stack's (its namespace and its policy, the gp3 StorageClass, the
+monitors, the alert rules, the dashboards) as multi-document YAML, offline; the Helm charts' values
+are in manifests/ as data. Offline the AWS account is unknown, so the model cache's bucket name shows
+`<account-id>`, and the StorageClass's KMS key a placeholder unless the stack names its own. The API
+keys' Secret shows its clients with a placeholder: the keys exist only in Pulumi's state.
 
 It calls the very functions the Pulumi program calls (`plan_stack`, `build_serving`), so what a
 reviewer reads here is what `pulumi up` applies.
@@ -21,6 +21,7 @@ from config import Settings
 from manifests.endpoint import build_endpoint
 from manifests.observability import build_observability
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
+from manifests.serving_network import serving_policies
 from planning import Plan
 
 
@@ -45,6 +46,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     jobs = [serving.model_copy] if serving.model_copy else []
     rendered = [
         serving.namespace,
+        *serving_policies(settings),
         *serving.service_accounts,
         serving.plugins,
         serving.prepull,
@@ -64,6 +66,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         }
         rendered += [
             endpoint.gateway_namespace,
+            endpoint.gateway_network_policy,
             keys,
             *(m.to_dict() for m in endpoint.custom_resources()),
             endpoint.load_balancer.to_dict(),
@@ -72,6 +75,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         observability = build_observability(settings)
         rendered += [
             observability.namespace,
+            observability.network_policy,
             {
                 **observability.storage_class,
                 "parameters": {

@@ -45,6 +45,7 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     run = run_stack(stack=stack)
     kinds = (
         "Namespace",
+        "NetworkPolicy",
         "ServiceAccount",
         "ConfigMap",
         "Job",

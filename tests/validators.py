@@ -93,6 +93,16 @@ def pod_errors(pod_spec: dict[str, Any]) -> list[str]:
     return []
 
 
+def object_errors(obj: dict[str, Any]) -> list[str]:
+    """A built-in Kubernetes object against the schema of the cluster's version (strict: unknown fields
+    are errors, as the API server would prune them)."""
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return [f"{'/'.join(str(p) for p in error.path)}: {error.message}"]
+    return []
+
+
 def serve_errors(serve_config: dict[str, Any]) -> list[str]:
     """Ray's own pydantic models: the whole document, then each LLM side."""
     from pydantic import ValidationError
