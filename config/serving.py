@@ -56,6 +56,14 @@ class WorkerConfig(StrictModel):
         description="Size of the memory-backed /dev/shm (NCCL, NIXL and vLLM use it; it counts against the "
         "worker's memory). Default: 16Gi per GPU of the worker, at most a quarter of its memory.",
     )
+    privileges: Literal["ipc-lock", "privileged"] = Field(
+        "ipc-lock",
+        description="What the worker container may do beyond the default. `ipc-lock`: not privileged, "
+        "root with `IPC_LOCK` added, so NIXL and libfabric can pin host memory for EFA whatever the "
+        "node's memlock limit; the EFA and GPU devices come from their device plugins. `privileged`: "
+        "the seed's setting, every device of the node (every GPU, too), so it is refused where two "
+        'workers may share a node. See docs/design.md, "Worker privileges".',
+    )
 
 
 class ServingConfig(StrictModel):

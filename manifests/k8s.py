@@ -55,11 +55,13 @@ class VolumeMount(K8sModel):
 
 
 class Capabilities(K8sModel):
-    drop: list[str]
+    add: list[str] | None = None
+    drop: list[str] | None = None
 
 
 class SecurityContext(K8sModel):
     privileged: bool | None = None
+    run_as_user: int | None = Field(default=None, ge=0)
     allow_privilege_escalation: bool | None = None
     capabilities: Capabilities | None = None
 

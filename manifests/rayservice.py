@@ -19,6 +19,7 @@ from config import Settings
 from manifests import ray_ports
 from manifests.jobs import JOBS, ProgramJob
 from manifests.k8s import (
+    Capabilities,
     ConfigMapVolumeSource,
     Container,
     ContainerPort,
@@ -168,10 +169,26 @@ def _ray_stop() -> Lifecycle:
     return Lifecycle(pre_stop=LifecycleHandler(exec=ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
+def worker_security_context(privileges: str) -> SecurityContext:
+    """`ipc-lock`: root, IPC_LOCK added, nothing else. Memory registration for EFA pins pages: host
+    memory (libfabric's bounce buffers, NIXL's control buffers) counts against RLIMIT_MEMLOCK, which a
+    container inherits from containerd, unless the process holds CAP_IPC_LOCK, which only root keeps;
+    GPU memory is pinned by the EFA driver's peer-memory path, which takes no capability. The EFA
+    devices (/dev/infiniband/uverbs*) are what the EFA device plugin mounts for the request. No
+    privilege escalation: nothing in the image needs setuid. `privileged`: every device of the node."""
+    if privileges == "privileged":
+        return SecurityContext(privileged=True)
+    return SecurityContext(
+        run_as_user=0,
+        allow_privilege_escalation=False,
+        capabilities=Capabilities(add=["IPC_LOCK"]),
+    )
+
+
 def serving_namespace_labels() -> dict[str, str]:
-    """GPU workers run privileged: NIXL registers CUDA memory with the EFA NIC, which IPC_LOCK alone
-    does not allow. Enforcement is therefore privileged in the serving namespace; warn and audit
-    report everything above baseline, so any privileged pod stands out in the audit log."""
+    """Pod Security: the GPU workers add IPC_LOCK and mount a hostPath (the node's model cache), both
+    beyond baseline, so the serving namespace enforces privileged; warn and audit report everything
+    above baseline, so those pods stand out in the audit log."""
     return pod_security_labels("privileged", audit="baseline")
 
 
@@ -324,9 +341,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     VolumeMount(name="model-cache", mount_path="/data"),
                     VolumeMount(name="plugins", mount_path=RAY_PLUGINS_PATH),
                 ],
-                # NIXL registers CUDA memory with the EFA NIC; IPC_LOCK alone is not enough. Only the
-                # GPU workers run privileged, and their namespace's Pod Security level says so.
-                security_context=SecurityContext(privileged=True),
+                security_context=worker_security_context(settings.serving.worker.privileges),
                 lifecycle=_ray_stop(),
             )
         ],

@@ -261,6 +261,13 @@ def plan_stack(
             f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size} x {per_node} worker(s) per "
             f"{gpu.name} hosts only {capacity}; raise gpuNodes.maxSize (and desiredSize)"
         )
+    if settings.serving.worker.privileges == "privileged" and per_node > 1 and max_workers > 1:
+        problems.append(
+            f"{PROJECT}:serving.worker.privileges is privileged, but {per_node} workers share a "
+            f"{gpu.name} (gpuNodes.instanceType, model.tensorParallelSize): a privileged container sees "
+            "every GPU of the node, so two workers would both start on GPU 0; use ipc-lock, or a "
+            "tensorParallelSize of all the node's GPUs"
+        )
     try:
         upgrade = plan_upgrades(settings, system, capacity, max_workers)
     except ValueError as error:

@@ -4,12 +4,15 @@ is created that is not used, every EBS volume is encrypted with a KMS key."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pytest
 
 from components.cluster import encrypted_root_volume
+from config import ConfigError
 from tests.fakes.pulumi import StackRun, run_stack
+from tests.validators import pod_errors
 
 CLUSTER = "eks:index:Cluster"
 ADDON = "aws:eks/addon:Addon"
@@ -17,6 +20,7 @@ ROLE = "aws:iam/role:Role"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 KEY = "aws:kms/key:Key"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 
 
 class TestVpcCni:
@@ -133,3 +137,49 @@ class TestEncryptedVolumes:
         assert [k.name for k in run.of_type(KEY)] == ["cluster-secrets"]
         storage = run.one("kubernetes:storage.k8s.io/v1:StorageClass")
         assert storage.inputs["parameters"]["kmsKeyId"] == arn
+
+
+class TestWorkerPrivileges:
+    """Privileged only where it cannot hurt: a privileged container sees every GPU of its node."""
+
+    @staticmethod
+    def workers(instance_type: str, tp: int, privileges: str | None = None) -> dict[str, Any]:
+        serving = {"serving": {"worker": {"privileges": privileges}}} if privileges else {}
+        run = run_stack(
+            config={
+                "aws:region": "us-east-1",
+                "ray-llm-eks:gpuNodes": {"instanceType": instance_type},
+                "ray-llm-eks:model": {"tensorParallelSize": tp},
+                **{f"ray-llm-eks:{k}": v for k, v in serving.items()},
+            },
+            stack="hw",
+            offerings={"us-east-1": {instance_type: ["us-east-1a", "us-east-1b"]}},
+        )
+        group = run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+        return group["template"]["spec"]
+
+    @pytest.mark.parametrize("instance_type,tp", [("g6.8xlarge", 1), ("g6e.48xlarge", 2), ("p5.48xlarge", 8)])
+    def test_by_default_root_with_ipc_lock_and_nothing_privileged(self, instance_type: str, tp: int):
+        pod = self.workers(instance_type, tp)
+        (container,) = pod["containers"]
+        assert container["securityContext"] == {
+            "runAsUser": 0,  # CAP_IPC_LOCK is effective for root only
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["IPC_LOCK"]},
+        }
+        # the EFA devices come from the device plugin's request, not from a hostPath of /dev
+        assert int(container["resources"]["limits"]["vpc.amazonaws.com/efa"]) >= 1
+        assert not [v for v in pod["volumes"] if v.get("hostPath", {}).get("path", "").startswith("/dev")]
+        assert pod_errors(pod) == []
+
+    def test_privileged_where_a_worker_owns_its_node(self):
+        (container,) = self.workers("g6.8xlarge", 1, "privileged")["containers"]
+        assert container["securityContext"] == {"privileged": True}
+
+    def test_privileged_refused_where_workers_share_a_node(self):
+        with pytest.raises(ConfigError) as caught:
+            self.workers("g6e.48xlarge", 2, "privileged")
+        message = str(caught.value)
+        assert "ray-llm-eks:serving.worker.privileges is privileged" in message
+        assert "4 workers share a g6e.48xlarge" in message
+        assert "use ipc-lock" in message

@@ -68,9 +68,11 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
         "reclaimPolicy",
     )
     program = {
-        (r.inputs["kind"], r.inputs["metadata"]["name"]): copy.deepcopy(
-            {k: r.inputs[k] for k in fields if k in r.inputs}
-        )
+        (
+            r.inputs["kind"],
+            r.inputs["metadata"].get("namespace"),
+            r.inputs["metadata"]["name"],
+        ): copy.deepcopy({k: r.inputs[k] for k in fields if k in r.inputs})
         for r in run.registrations
         if r.custom
         and r.inputs.get("kind") in kinds
@@ -78,13 +80,16 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
         and r.name != "observability-grafana-admin"  # a Secret of generated values, which render never shows
     }
     assert code == 0, err
-    documents = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out)}
-    keys = documents.pop(("Secret", "ray-llm-api-keys"))
+    documents = {
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in yaml.safe_load_all(out)
+    }
+    keys = documents.pop(("Secret", "inference", "ray-llm-api-keys"))
     # The EBS key is created by the program; render shows where its ARN goes.
-    assert documents[("StorageClass", "gp3")]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER
-    assert program[("StorageClass", "gp3")]["parameters"].pop("kmsKeyId").endswith("cluster-volumes")
+    storage = ("StorageClass", None, "gp3")
+    assert documents[storage]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER
+    assert program[storage]["parameters"].pop("kmsKeyId").endswith("cluster-volumes")
     assert documents == program
-    assert {kind for kind, _ in program} == set(kinds)
+    assert {kind for kind, _, _ in program} == set(kinds)
     # The keys' Secret: the program's clients, with a placeholder where the program holds the keys.
     secret = run.one("kubernetes:core/v1:Secret", "endpoint-api-keys").inputs
     assert set(keys["stringData"]) == set(secret["stringData"].value)

@@ -110,7 +110,7 @@ class TestSeedFacts:
             "limits": {"cpu": "3", "memory": "12Gi"},
         }
         assert "nvidia.com/gpu" not in container["resources"]["limits"]
-        assert "securityContext" not in container  # only the GPU workers are privileged
+        assert "securityContext" not in container  # only the GPU workers have more than the default
 
     def test_gpu_workers(self, rayservice):
         (group,) = worker_groups(rayservice)
@@ -121,7 +121,12 @@ class TestSeedFacts:
         assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         (container,) = pod["containers"]
         assert container["image"] == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
-        assert container["securityContext"] == {"privileged": True}
+        # not privileged: root with IPC_LOCK (test_least_privilege)
+        assert container["securityContext"] == {
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["IPC_LOCK"]},
+        }
         limits = container["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "1" and limits["vpc.amazonaws.com/efa"] == "1"
         assert container["resources"]["requests"] == limits
