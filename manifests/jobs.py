@@ -16,9 +16,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from manifests.k8s import (
-    Capabilities,
     ConfigMapVolumeSource,
     Container,
+    EmptyDirVolumeSource,
     EnvVar,
     K8sModel,
     Manifest,
@@ -27,14 +27,18 @@ from manifests.k8s import (
     PodSpec,
     PodTemplate,
     ResourceRequirements,
-    SecurityContext,
     Volume,
     VolumeMount,
+    locked_container,
+    unprivileged_pod,
 )
 from planning.nodes import SYSTEM_NODE_LABELS
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 MOUNT = "/program"
+SCRATCH = "/tmp"
+"""An emptyDir: the only place a program job writes (besides the volumes it is given)."""
+PACKAGES = f"{SCRATCH}/packages"
 
 
 class JobSpec(K8sModel):
@@ -81,8 +85,13 @@ def program_job(
     run = f"{MOUNT}/{program}"
     command = ["python3", run]
     if setup:
+        # The root filesystem is read-only: packages go to the pod's scratch space.
         install = " ".join(shlex.quote(p) for p in setup)
-        command = ["sh", "-c", f"pip install --quiet --no-cache-dir {install} && exec python3 {run}"]
+        command = [
+            "sh",
+            "-c",
+            f"pip install --quiet --no-cache-dir --target {PACKAGES} {install} && exec python3 {run}",
+        ]
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -93,12 +102,20 @@ def program_job(
         name="run",
         image=image,
         command=command,
-        env=env,
+        env=[
+            *env,
+            # As nobody, with a read-only root: home, caches and packages live in the scratch space.
+            EnvVar(name="HOME", value=SCRATCH),
+            EnvVar(name="PYTHONPATH", value=PACKAGES),
+            EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
+        ],
         resources=resources,
-        volume_mounts=[VolumeMount(name="program", mount_path=MOUNT), *(mounts or [])],
-        security_context=SecurityContext(
-            allow_privilege_escalation=False, capabilities=Capabilities(drop=["ALL"])
-        ),
+        volume_mounts=[
+            VolumeMount(name="program", mount_path=MOUNT),
+            VolumeMount(name="scratch", mount_path=SCRATCH),
+            *(mounts or []),
+        ],
+        security_context=locked_container(),
         # the program writes its verdict there; if it dies first, its last output stands in
         termination_message_policy="FallbackToLogsOnError",
     )
@@ -124,8 +141,12 @@ def program_job(
                     node_selector=dict(SYSTEM_NODE_LABELS),
                     restart_policy="Never",
                     service_account_name=service_account,
+                    # No program talks to the Kubernetes API (EKS Pod Identity projects its own token).
+                    automount_service_account_token=False,
+                    security_context=unprivileged_pod(),
                     volumes=[
                         Volume(name="program", config_map=ConfigMapVolumeSource(name=name)),
+                        Volume(name="scratch", empty_dir=EmptyDirVolumeSource()),
                         *(volumes or []),
                     ],
                 ),

@@ -59,11 +59,46 @@ class Capabilities(K8sModel):
     drop: list[str] | None = None
 
 
+class SeccompProfile(K8sModel):
+    type: Literal["RuntimeDefault"]
+
+
 class SecurityContext(K8sModel):
     privileged: bool | None = None
     run_as_user: int | None = Field(default=None, ge=0)
     allow_privilege_escalation: bool | None = None
+    read_only_root_filesystem: bool | None = None
     capabilities: Capabilities | None = None
+
+
+class PodSecurityContext(K8sModel):
+    run_as_non_root: bool | None = None
+    run_as_user: int | None = Field(default=None, ge=1)
+    run_as_group: int | None = Field(default=None, ge=1)
+    seccomp_profile: SeccompProfile | None = None
+
+
+NOBODY = 65534
+"""The unprivileged user the stack's own helper pods run as (the images' `nobody`)."""
+
+
+def unprivileged_pod() -> PodSecurityContext:
+    """What a pod that only runs a program needs: no root, the runtime's default seccomp profile."""
+    return PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=NOBODY,
+        run_as_group=NOBODY,
+        seccomp_profile=SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def locked_container() -> SecurityContext:
+    """No capabilities, no escalation, a read-only root filesystem."""
+    return SecurityContext(
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=True,
+        capabilities=Capabilities(drop=["ALL"]),
+    )
 
 
 class ExecAction(K8sModel):
@@ -125,6 +160,8 @@ class PodSpec(K8sModel):
     tolerations: list[Toleration] | None = None
     restart_policy: Literal["Never", "OnFailure"] | None = None
     service_account_name: str | None = None
+    automount_service_account_token: bool | None = None
+    security_context: PodSecurityContext | None = None
     termination_grace_period_seconds: int | None = Field(default=None, ge=0)
 
 

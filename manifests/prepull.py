@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from config import Settings
+from manifests.k8s import locked_container, unprivileged_pod
 from planning import Plan
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY
 
@@ -50,12 +51,16 @@ def prepull_daemon_set(settings: Settings, plan: Plan) -> dict[str, Any]:
                                 "requests": {"cpu": "1m", "memory": "8Mi"},
                                 "limits": {"cpu": "10m", "memory": "32Mi"},
                             },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": locked_container().model_dump(
+                                mode="json", by_alias=True, exclude_none=True
+                            ),
                         }
                     ],
+                    # `sleep` needs nothing: no root, no API token.
+                    "securityContext": unprivileged_pod().model_dump(
+                        mode="json", by_alias=True, exclude_none=True
+                    ),
+                    "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 0,
                 },
             },

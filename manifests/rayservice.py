@@ -35,9 +35,11 @@ from manifests.k8s import (
     ObjectFieldSelector,
     ObjectMeta,
     PodMetadata,
+    PodSecurityContext,
     PodSpec,
     PodTemplate,
     ResourceRequirements,
+    SeccompProfile,
     SecretKeySelector,
     SecurityContext,
     Toleration,
@@ -181,7 +183,8 @@ def worker_security_context(privileges: str) -> SecurityContext:
     return SecurityContext(
         run_as_user=0,
         allow_privilege_escalation=False,
-        capabilities=Capabilities(add=["IPC_LOCK"]),
+        # NET_RAW: raw sockets, which nothing of Ray, vLLM or libfabric opens (EFA goes through verbs).
+        capabilities=Capabilities(add=["IPC_LOCK"], drop=["NET_RAW"]),
     )
 
 
@@ -277,9 +280,17 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     requests={"cpu": head.cpu_request, "memory": head.memory_request},
                     limits={"cpu": head.cpu_limit, "memory": head.memory_limit},
                 ),
+                # The image's user (root), without what the head never uses.
+                security_context=SecurityContext(
+                    allow_privilege_escalation=False, capabilities=Capabilities(drop=["NET_RAW"])
+                ),
                 lifecycle=_ray_stop(),
             )
         ],
+        # Only KubeRay's autoscaler (a sidecar here) talks to the Kubernetes API.
+        automount_service_account_token=plan.ray_autoscaling,
+        # The runtime's default seccomp profile: the head runs no GPU or EFA code.
+        security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="RuntimeDefault")),
     )
 
     env = [
@@ -327,6 +338,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         + TERMINATION_MARGIN_SECONDS,
         node_selector=dict(GPU_NODE_SELECTOR),
         tolerations=tolerations,
+        # Workers never call the Kubernetes API (the autoscaler is in the head pod); their AWS access
+        # is Pod Identity's own projected token.
+        automount_service_account_token=False,
         containers=[
             Container(
                 name="ray-worker",

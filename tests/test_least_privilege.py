@@ -165,8 +165,9 @@ class TestWorkerPrivileges:
         assert container["securityContext"] == {
             "runAsUser": 0,  # CAP_IPC_LOCK is effective for root only
             "allowPrivilegeEscalation": False,
-            "capabilities": {"add": ["IPC_LOCK"]},
+            "capabilities": {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]},
         }
+        assert pod["automountServiceAccountToken"] is False  # workers never call the Kubernetes API
         # the EFA devices come from the device plugin's request, not from a hostPath of /dev
         assert int(container["resources"]["limits"]["vpc.amazonaws.com/efa"]) >= 1
         assert not [v for v in pod["volumes"] if v.get("hostPath", {}).get("path", "").startswith("/dev")]
@@ -183,3 +184,28 @@ class TestWorkerPrivileges:
         assert "ray-llm-eks:serving.worker.privileges is privileged" in message
         assert "4 workers share a g6e.48xlarge" in message
         assert "use ipc-lock" in message
+
+
+class TestKubernetesApiTokens:
+    def test_the_head_mounts_a_token_only_for_kuberay_autoscaler(self):
+        fixed = run_stack().one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
+        grows = run_stack(
+            overrides={"autoscaling": {"decode": {"maxReplicas": 2}}, "gpuNodes": {"maxSize": 3}}
+        )
+        autoscaled = grows.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
+        assert fixed["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is False
+        assert autoscaled["enableInTreeAutoscaling"] is True
+        assert autoscaled["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+    def test_helper_pods_mount_none(self, dev_stack: StackRun):
+        jobs = dev_stack.of_type("kubernetes:batch/v1:Job")
+        prepull = dev_stack.one("kubernetes:apps/v1:DaemonSet", "ray-llm-prepull")
+        assert jobs
+        for pod in [j.inputs["spec"]["template"]["spec"] for j in jobs] + [
+            prepull.inputs["spec"]["template"]["spec"]
+        ]:
+            assert pod["automountServiceAccountToken"] is False
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            (container,) = pod["containers"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True

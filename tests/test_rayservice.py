@@ -110,7 +110,12 @@ class TestSeedFacts:
             "limits": {"cpu": "3", "memory": "12Gi"},
         }
         assert "nvidia.com/gpu" not in container["resources"]["limits"]
-        assert "securityContext" not in container  # only the GPU workers have more than the default
+        # the image's user, less NET_RAW and escalation; only the GPU workers add anything
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["NET_RAW"]},
+        }
+        assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
 
     def test_gpu_workers(self, rayservice):
         (group,) = worker_groups(rayservice)
@@ -125,7 +130,7 @@ class TestSeedFacts:
         assert container["securityContext"] == {
             "runAsUser": 0,
             "allowPrivilegeEscalation": False,
-            "capabilities": {"add": ["IPC_LOCK"]},
+            "capabilities": {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]},
         }
         limits = container["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "1" and limits["vpc.amazonaws.com/efa"] == "1"
