@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the stack's kubeconfig, print their URLs and Grafana's login, and keep them open until Ctrl-C. "
         "Needs kubectl and the stack's metrics stack (observability.enabled).",
     )
+    summary = commands.add_parser(
+        "summary",
+        help="the deployed stack's outputs as Markdown (secrets masked), for a CI job summary",
+        description="Print the stack's outputs as a Markdown table, from `pulumi stack output --json` "
+        "without --show-secrets: Pulumi masks every secret output, so nothing secret is printed.",
+    )
+    summary.add_argument("--stack", required=True, metavar="NAME", help="the deployed stack")
+    summary.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
     for sub in (status, verify, dashboards):
         where = sub.add_mutually_exclusive_group()
         where.add_argument(
@@ -142,6 +150,8 @@ def main(
             return _render(args)
         if args.command == "dashboards":
             return _dashboards(args, run, popen, sleep)
+        if args.command == "summary":
+            return _summary(args, run)
         return _against_cluster(args, connect or _connect_kube, run, clock)
     except ConfigError as error:
         print(f"ops: {error}", file=sys.stderr)
@@ -152,6 +162,18 @@ def main(
     except KeyboardInterrupt:
         print("ops: interrupted", file=sys.stderr)
         return 130
+
+
+def _summary(args: argparse.Namespace, run: Runner) -> int:
+    from ops.summary import outputs_markdown, stack_outputs
+
+    try:
+        outputs = stack_outputs(args.stack, args.root, run)
+    except (RuntimeError, FileNotFoundError) as error:
+        print(f"ops: error: {error}", file=sys.stderr)
+        return 1
+    print(outputs_markdown(args.stack, outputs), end="")
+    return 0
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -1,0 +1,156 @@
+"""The delivery workflows (issue 17), read as data: what CI can be trusted with, whatever the linters'
+versions know. actionlint and zizmor run on them in .ci/run as well."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fakes.pulumi import ROOT, STACKS
+
+GITHUB = ROOT / ".github"
+WORKFLOWS = sorted((GITHUB / "workflows").glob("*.yml"))
+ACTIONS = sorted((GITHUB / "actions").glob("*/action.yml"))
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
+
+
+def load(path: Path) -> dict[str, Any]:
+    # YAML 1.1 reads the key `on` as True.
+    data = yaml.safe_load(path.read_text())
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def steps(document: dict[str, Any]) -> list[dict[str, Any]]:
+    if "runs" in document:
+        return document["runs"]["steps"]
+    return [s for job in document["jobs"].values() for s in job.get("steps", [])]
+
+
+def uses_lines(path: Path) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^\s*-?\s*uses:\s*(.+)$", path.read_text(), re.M)]
+
+
+def workflow(name: str) -> dict[str, Any]:
+    return load(GITHUB / "workflows" / f"{name}.yml")
+
+
+def test_the_four_workflows_exist():
+    assert [p.stem for p in WORKFLOWS] == ["deploy", "drift", "preview", "test"]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS + ACTIONS, ids=lambda p: str(p.relative_to(GITHUB)))
+def test_every_third_party_action_is_pinned_to_a_commit_with_its_version(path: Path):
+    for ref in uses_lines(path):
+        if ref.startswith("./"):
+            continue
+        assert PINNED.match(ref), f"{path.name}: {ref!r} is not pinned to a full commit SHA with '# vX.Y.Z'"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS + ACTIONS, ids=lambda p: str(p.relative_to(GITHUB)))
+def test_every_checkout_leaves_no_credentials_behind(path: Path):
+    for step in steps(load(path)):
+        if str(step.get("uses", "")).startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, path.name
+
+
+def test_one_version_of_each_action_everywhere():
+    pins: dict[str, set[str]] = {}
+    for path in WORKFLOWS + ACTIONS:
+        for ref in uses_lines(path):
+            if not ref.startswith("./"):
+                pins.setdefault(ref.split("@")[0], set()).add(ref)
+    assert all(len(refs) == 1 for refs in pins.values()), pins
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_token_permission_unless_a_job_asks_for_it(path: Path):
+    document = load(path)
+    assert document["permissions"] == {}, f"{path.name}: the workflow grants permissions to every job"
+    for name, job in document["jobs"].items():
+        assert "permissions" in job, f"{path.name}: job {name} does not say what it needs"
+        assert "write-all" not in str(job["permissions"]), name
+        granted = {k for k, v in job["permissions"].items() if v == "write"}
+        assert granted <= {"id-token", "pull-requests"}, f"{path.name}: {name} writes {granted}"
+
+
+def test_only_the_preview_comments_and_only_cloud_jobs_get_an_oidc_token():
+    for path in WORKFLOWS:
+        for name, job in load(path)["jobs"].items():
+            writes = {k for k, v in job["permissions"].items() if v == "write"}
+            assert ("pull-requests" in writes) == (path.stem == "preview"), (path.name, name)
+            assert ("id-token" in writes) == (path.stem != "test"), (path.name, name)
+
+
+class TestPreview:
+    def test_every_stack_with_the_policy_pack_and_no_upsert(self):
+        job = workflow("preview")["jobs"]["preview"]
+        assert job["strategy"]["matrix"]["stack"] == STACKS
+        (pulumi,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
+        assert pulumi["with"]["command"] == "preview"
+        assert pulumi["with"]["policyPacks"] == "policy"
+        assert "upsert" not in pulumi["with"]
+
+    def test_skips_forks_and_uses_the_read_only_role(self):
+        job = workflow("preview")["jobs"]["preview"]
+        assert "head.repo.full_name == github.repository" in job["if"]
+        assert "AWS_PREVIEW_ROLE_ARN" in str(job["steps"]) and "AWS_DEPLOY_ROLE_ARN" not in str(job["steps"])
+
+
+class TestDeploy:
+    def test_on_merge_to_main_dev_then_prod(self):
+        document = workflow("deploy")
+        assert document["on"]["push"] == {"branches": ["main"]}
+        jobs = document["jobs"]
+        assert list(jobs) == STACKS
+        assert jobs["prod"]["needs"] == "dev"
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_each_stack_in_its_environment_one_update_at_a_time(self, stack: str):
+        job = workflow("deploy")["jobs"][stack]
+        assert job["environment"] == stack  # prod's required reviewers are its environment's
+        assert job["concurrency"] == {"group": f"pulumi-{stack}", "cancel-in-progress": False}
+        assert "AWS_DEPLOY_ROLE_ARN" in str(job["steps"])
+        deploy = [s for s in job["steps"] if s.get("uses") == "./.github/actions/deploy-stack"]
+        assert deploy and deploy[0]["with"]["stack"] == stack
+
+    def test_up_with_the_policy_pack_then_a_summary_then_verify(self):
+        action = load(GITHUB / "actions" / "deploy-stack" / "action.yml")
+        up, summary, verify = action["runs"]["steps"]
+        assert "pulumi up" in up["run"] and "--policy-pack policy" in up["run"] and "--yes" in up["run"]
+        assert "set -o pipefail" in up["run"]  # a failed up fails the step, not only tee
+        assert summary["if"] == "always()" and "GITHUB_STEP_SUMMARY" in summary["run"]
+        assert "ops summary" in summary["run"] and "--show-secrets" not in summary["run"]
+        assert "ops verify" in verify["run"] and "if" not in verify  # runs only after a good up
+
+
+class TestDrift:
+    def test_scheduled_refresh_preview_expecting_no_changes_per_stack(self):
+        document = workflow("drift")
+        assert document["on"]["schedule"] and "workflow_dispatch" in document["on"]
+        job = document["jobs"]["drift"]
+        assert job["strategy"]["matrix"]["stack"] == STACKS
+        (check,) = [s for s in job["steps"] if "run" in s]
+        for flag in ("pulumi preview", "--refresh", "--expect-no-changes", "--diff", "--policy-pack policy"):
+            assert flag in check["run"], flag
+        assert "GITHUB_STEP_SUMMARY" in check["run"] and 'exit "$status"' in check["run"]
+
+    def test_never_cancels_a_waiting_deploy(self):
+        job = workflow("drift")["jobs"]["drift"]
+        assert not job["concurrency"]["group"].startswith("pulumi-")
+        assert "AWS_PREVIEW_ROLE_ARN" in str(job["steps"])
+
+
+def test_the_setup_installs_the_cli_at_the_sdk_version_and_the_pack_its_own_venv():
+    action = load(GITHUB / "actions" / "setup-stack" / "action.yml")
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements-dev.txt").read_text(), re.M)
+    assert sdk and action["inputs"]["pulumi-version"]["default"] == sdk.group(1)
+    venvs = next(s["run"] for s in action["runs"]["steps"] if "policy/venv" in s.get("run", ""))
+    assert "-r policy/requirements.txt" in venvs
+    policy_config = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
+    assert policy_config["runtime"]["options"]["virtualenv"] == "venv"
