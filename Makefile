@@ -2,18 +2,22 @@
 # State: where Pulumi.yaml's `backend.url` says (see docs/operations.md "State").
 STACK ?= dev
 
-.PHONY: up venv preview destroy test schemas dashboards docs render status verify
+.PHONY: up venv policy preview destroy test schemas dashboards docs render status verify
 
-up:            ## create or update the stack (default: dev), waiting until the model serves
+up: policy     ## create or update the stack (default: dev), waiting until the model serves
 	pulumi stack select --create $(STACK)
-	pulumi up --stack $(STACK)
+	pulumi up --stack $(STACK) --policy-pack policy
 
 venv:          ## the project's Python: .venv with the program's dependencies (pulumi up makes it too)
 	python3 -m venv .venv
 	.venv/bin/python -m pip install --quiet -r requirements.txt
 
-preview:       ## show what `up` would change
-	pulumi preview --stack $(STACK) --diff
+policy:        ## the policy pack's own virtualenv (the CLI installs nothing for a local pack)
+	python3 -m venv policy/venv
+	policy/venv/bin/python -m pip install --quiet -r policy/requirements.txt
+
+preview: policy  ## show what `up` would change, checked by the policy pack
+	pulumi preview --stack $(STACK) --diff --policy-pack policy
 
 destroy:       ## tear everything down, RayService first
 	pulumi destroy --stack $(STACK)
