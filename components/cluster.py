@@ -127,8 +127,6 @@ class Cluster(pulumi.ComponentResource):
     """Kubeconfig (JSON) that authenticates with `aws eks get-token`; a Pulumi secret."""
     node_role: aws.iam.Role
     """IAM role of every node (system and GPU)."""
-    node_role_policies: list[aws.iam.RolePolicyAttachment]
-    """The role's policy attachments; a node group must wait for them or its nodes cannot join."""
     system_node_group: eks.ManagedNodeGroup
     """The CPU node group labelled role=system."""
     provider: k8s.Provider
@@ -208,7 +206,7 @@ class Cluster(pulumi.ComponentResource):
             description=f"Nodes of EKS cluster {cluster_name}",
             opts=child,
         )
-        self.node_role_policies = attachments = [
+        attachments = [
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}",
                 role=self.node_role.name,

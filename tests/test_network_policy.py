@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from config import load_settings
 from manifests import ray_ports
 from manifests.network_policy import IMDS_V4, IMDS_V6
 from manifests.rayservice import build_rayservice, build_serving
 from manifests.serving_network import RAY_HEAD, RAY_WORKER, serving_paths, serving_policies
 from planning import plan_stack
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, run_stack, stack_file_config
+from tests.fakes.pulumi import STACKS, StackRun, run_stack, stack_settings
 from tests.validators import object_errors
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -23,11 +22,7 @@ RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 POD_IDENTITY_AGENT = "169.254.170.23"
 
 
-def settings(stack: str = "dev", **sections: dict[str, Any]):
-    config = stack_file_config(stack)
-    for section, values in sections.items():
-        config[f"ray-llm-eks:{section}"] = {**config.get(f"ray-llm-eks:{section}", {}), **values}
-    return load_settings(config)
+settings = stack_settings
 
 
 def policies(run: StackRun) -> dict[tuple[str, str], dict[str, Any]]:

@@ -28,7 +28,7 @@ from manifests.rayservice import build_rayservice
 from planning import plan_stack
 from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_UNUSED
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config
+from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
 from tests.ray_dashboards import generate
 from tests.validators import crd_package_errors
 
@@ -41,10 +41,7 @@ KUBERAY_METRICS_PORT = "metrics"
 
 
 def settings(**sections: dict[str, Any]):
-    config = stack_file_config("dev")
-    for section, values in sections.items():
-        config[f"ray-llm-eks:{section}"] = {**config.get(f"ray-llm-eks:{section}", {}), **values}
-    return load_settings(config)
+    return stack_settings("dev", **sections)
 
 
 def release(run: StackRun, chart: str):

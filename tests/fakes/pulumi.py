@@ -385,6 +385,16 @@ def stack_file_config(stack: str = "dev") -> dict[str, Any]:
     return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
 
 
+def stack_settings(stack: str = "dev", **sections: dict[str, Any]) -> Any:
+    """A stack file's settings with some sections' keys overridden (what `ops render` would load)."""
+    from config import load_settings
+
+    config = stack_file_config(stack)
+    for section, values in sections.items():
+        config[f"{PROJECT}:{section}"] = {**config.get(f"{PROJECT}:{section}", {}), **values}
+    return load_settings(config)
+
+
 def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
     """Stack-file values as the engine hands them to the program: objects as JSON strings."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
