@@ -28,7 +28,7 @@ from manifests.observability import (
 )
 
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
-EBS_CSI_POLICY = "service-role/AmazonEBSCSIDriverPolicyV2"
+EBS_CSI_POLICY = "AmazonEBSCSIDriverPolicyV2"
 """The driver's recommended managed policy: volumes and snapshots it tagged `ebs.csi.aws.com/cluster`
 (it tags what it creates) and nothing else."""
 PASSWORD_LENGTH = 32

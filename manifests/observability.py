@@ -108,8 +108,10 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                 "nodeSelector": system,
                 "resources": _resources(requests.PROMETHEUS_OPERATOR, "256Mi"),
                 "admissionWebhooks": {"patch": {"nodeSelector": system}},
+                # The operator passes these to every config-reloader sidecar it injects (chart 88.5.3
+                # reads them here, templates/prometheus-operator/deployment.yaml; not at the top level).
+                "prometheusConfigReloader": {"resources": reloader},
             },
-            "prometheusConfigReloader": {"resources": reloader},
             "prometheus": {
                 "prometheusSpec": {
                     "nodeSelector": system,

@@ -120,7 +120,7 @@ class TestTheMetricsStack:
         (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
         assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
         policy = dev_stack.one("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "observability-ebs-csi")
-        assert policy.inputs["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicyV2"
+        assert policy.inputs["policyArn"] == "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2"
 
     def test_gpu_metrics_on_the_gpu_nodes_only_tolerating_their_taint(self, dev_stack):
         dcgm = release(dev_stack, "dcgm-exporter")
