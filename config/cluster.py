@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipaddress import IPv4Network
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from config import versions
 from config.base import InstanceSpec, StrictModel
@@ -30,7 +30,8 @@ class ClusterConfig(StrictModel):
     kubernetes_version: str = Field(
         versions.KUBERNETES_VERSION,
         pattern=r"^1\.\d{2}$",
-        description="EKS Kubernetes minor version, e.g. `1.35`.",
+        description="EKS Kubernetes minor version, e.g. `1.35`: one EKS still creates clusters of "
+        "(standard or extended support, per EKS's release calendar in config/versions.py).",
     )
     endpoint_public_access: bool = Field(
         True,
@@ -78,6 +79,14 @@ class ClusterConfig(StrictModel):
         "`ec2.<region>.amazonaws.com`), or nodes fail to launch. Default: the stack creates one (with "
         "rotation) whose policy says exactly that.",
     )
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _eks_creates_it(cls, version: str) -> str:
+        problem = versions.eks_version_problem(version)
+        if problem:
+            raise ValueError(problem)
+        return version
 
     @model_validator(mode="after")
     def _cidrs_need_public_endpoint(self) -> ClusterConfig:

@@ -7,8 +7,65 @@ comes from, so the next person can check it before bumping it.
 
 from __future__ import annotations
 
+import datetime
+from typing import NamedTuple
+
 KUBERNETES_VERSION = "1.35"
 """EKS control-plane version of the seed (the blog post's `K8S_VERSION`)."""
+
+
+class EksVersion(NamedTuple):
+    released: datetime.date
+    end_of_standard_support: datetime.date
+    end_of_extended_support: datetime.date
+
+
+EKS_VERSIONS_CHECKED = datetime.date(2026, 12, 2)
+EKS_VERSIONS: dict[str, EksVersion] = {
+    "1.35": EksVersion(datetime.date(2026, 1, 28), datetime.date(2027, 3, 27), datetime.date(2028, 3, 27)),
+    "1.34": EksVersion(datetime.date(2025, 10, 6), datetime.date(2026, 12, 2), datetime.date(2027, 12, 2)),
+    "1.33": EksVersion(datetime.date(2025, 5, 28), datetime.date(2026, 7, 29), datetime.date(2027, 7, 29)),
+    "1.32": EksVersion(datetime.date(2025, 1, 25), datetime.date(2026, 3, 23), datetime.date(2027, 3, 23)),
+    "1.31": EksVersion(datetime.date(2024, 9, 26), datetime.date(2025, 11, 26), datetime.date(2026, 11, 26)),
+    "1.30": EksVersion(datetime.date(2024, 5, 23), datetime.date(2025, 7, 23), datetime.date(2026, 7, 23)),
+    "1.29": EksVersion(datetime.date(2024, 1, 23), datetime.date(2025, 3, 23), datetime.date(2026, 3, 23)),
+    "1.28": EksVersion(datetime.date(2023, 9, 26), datetime.date(2024, 11, 26), datetime.date(2025, 11, 26)),
+}
+"""EKS's Kubernetes release calendar (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html,
+"Amazon EKS Kubernetes release calendar", as mirrored with its dates by endoflife.date/amazon-eks; read
+2026-12-02, the table as of 2026-02). A version is under standard support for 14 months, then in
+extended support (at $0.60 instead of $0.10 per cluster hour) for 12 more, and EKS creates clusters on
+either; after that it creates none. A version newer than 1.35 is not in the sources read: add its row
+from the calendar when EKS offers it (and check the charts support it)."""
+
+
+def eks_version_problem(version: str, today: datetime.date | None = None) -> str | None:
+    """Why EKS would not create a cluster of `version` today, or None."""
+    today = today or datetime.date.today()
+    known = EKS_VERSIONS.get(version)
+    offered = ", ".join(v for v, d in EKS_VERSIONS.items() if d.end_of_extended_support > today)
+    if known is None:
+        newest = max(EKS_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
+        hint = (
+            "; if EKS offers it now, add its dates to EKS_VERSIONS in config/versions.py"
+            if tuple(map(int, version.split("."))) > tuple(map(int, newest.split(".")))
+            else ""
+        )
+        return f"EKS has no Kubernetes {version} in its release calendar (EKS creates {offered}){hint}"
+    if known.end_of_extended_support <= today:
+        return (
+            f"EKS ended extended support for Kubernetes {version} on {known.end_of_extended_support} and "
+            f"creates no such cluster (EKS creates {offered})"
+        )
+    return None
+
+
+def eks_extended_support(version: str, today: datetime.date | None = None) -> datetime.date | None:
+    """The end of standard support, when `version` is past it (extended support costs 6x per hour)."""
+    today = today or datetime.date.today()
+    known = EKS_VERSIONS.get(version)
+    return known.end_of_standard_support if known and known.end_of_standard_support <= today else None
+
 
 KUBERAY_CHART_VERSION = "1.7.0"
 """`kuberay-operator` chart from https://ray-project.github.io/kuberay-helm/. The seed pinned 1.4.0;
@@ -187,3 +244,28 @@ def regional_image(region: str, digest: str | None = None) -> str:
     when one is pinned (the tag is mutable, and `rayVersion` must match the Ray inside)."""
     repository = f"{DLC_REGISTRY_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{RAY_LLM_IMAGE_REPOSITORY}"
     return f"{repository}@{digest}" if digest else f"{repository}:{RAY_LLM_IMAGE_TAG}"
+
+
+CHECKED: dict[str, datetime.date] = {
+    "KUBERNETES_VERSION": EKS_VERSIONS_CHECKED,
+    # Each chart's version against its repository's tag, and its values.yaml read for every key the stack
+    # sets (tests/schemas/charts/<chart>-<version>.yaml say where from).
+    "KUBERAY_CHART_VERSION": datetime.date(2026, 12, 2),
+    "NVIDIA_DEVICE_PLUGIN_CHART_VERSION": datetime.date(2026, 12, 2),
+    "EFA_DEVICE_PLUGIN_CHART_VERSION": datetime.date(2026, 12, 2),
+    "AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION": datetime.date(2026, 12, 2),
+    "ENVOY_GATEWAY_CHART_VERSION": datetime.date(2026, 12, 2),
+    "KUBE_PROMETHEUS_STACK_CHART_VERSION": datetime.date(2026, 12, 2),
+    "DCGM_EXPORTER_CHART_VERSION": datetime.date(2026, 12, 2),
+    "CLUSTER_AUTOSCALER_CHART_VERSION": datetime.date(2026, 12, 2),
+    # Read in Ray's and vLLM's release metadata when pinned (the commit that pinned each).
+    "RAY_VERSION": datetime.date(2026, 11, 29),
+    "VLLM_VERSION": datetime.date(2026, 12, 1),
+    # The image tags against their registries' listings when pinned; a tag is mutable, so a digest
+    # (`serving.imageDigest`) is what makes a pull reproducible.
+    "RAY_LLM_IMAGE_TAG": datetime.date(2026, 11, 29),
+    "RAY_LLM_PUBLIC_IMAGE": datetime.date(2026, 11, 29),
+    "PYTHON_IMAGE": datetime.date(2026, 11, 30),
+    "MODEL_COPY_PACKAGES": datetime.date(2026, 11, 30),
+}
+"""When each pin was last checked against its source (a bump updates its date)."""

@@ -228,6 +228,12 @@ def plan_stack(
         system_nodes.instance_type, system_nodes.instance_spec, ec2.get(system_nodes.instance_type)
     )
     warnings += system_warnings
+    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
+    if extended:
+        warnings.append(
+            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
+            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
+        )
     if system is None:
         warnings.append(
             f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
