@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import pod_identity_role
+from components.pod_identity import PodIdentity
 from manifests.charts import HelmChart
 from manifests.cluster_autoscaler import NAMESPACE, SERVICE_ACCOUNT, cluster_autoscaler_policy
 from manifests.network_policy import CLUSTER_AUTOSCALER_APP, no_instance_metadata
@@ -39,7 +39,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         the same name, for the policy's tag condition; `after`: the system node group, the Pod
         Identity agent and the GPU node group."""
         super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
-        association = pod_identity_role(
+        identity = PodIdentity(
             f"{name}-role",
             cluster_name=cluster_name,
             namespace=NAMESPACE,
@@ -52,7 +52,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         self.release = helm_release(
             f"{name}-release",
             chart,
-            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[association])),
+            # Its pod starts with its permissions in place, and at destroy goes before any of them.
+            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[identity])),
         )
         # No instance metadata: the chart passes the region, credentials come from Pod Identity.
         network_policies(

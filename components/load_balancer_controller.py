@@ -4,9 +4,9 @@ allows it. It makes the gateway's Service an NLB (manifests/load_balancer.py say
 are changed and why).
 
 Teardown depends on the order here: every load balancer Service must be deleted while the controller,
-its role and its association still exist, because the controller's finalizer on the Service is what
-deletes the NLB, its target groups and security groups. So those Services depend on `ready`, and
-`pulumi destroy` removes them first.
+its role, its policy and its association still exist, and the nodes it runs on, because the
+controller's finalizer on the Service is what deletes the NLB, its target groups and security groups.
+So those Services depend on `ready`, all of it, and `pulumi destroy` removes them first.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import pod_identity_role
+from components.pod_identity import PodIdentity
 from manifests.charts import HelmChart
 from manifests.load_balancer import (
     CONTROLLER_NAMESPACE,
@@ -33,8 +33,8 @@ from manifests.network_policy import LOAD_BALANCER_CONTROLLER_APP, no_instance_m
 
 class LoadBalancerController(pulumi.ComponentResource):
     ready: list[pulumi.Resource]
-    """What a load balancer Service waits for (and outlives at teardown): the CRDs, the role's
-    association and the release."""
+    """What a load balancer Service waits for (and outlives at teardown): the CRDs, the controller's
+    whole AWS identity (role, policy, association), the release and the nodes it runs on."""
 
     def __init__(
         self,
@@ -57,7 +57,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         vpc_arn = pulumi.Output.from_input(vpc_id).apply(
             lambda vpc: f"arn:{partition}:ec2:{region}:{account_id}:vpc/{vpc}"
         )
-        association = pod_identity_role(
+        identity = PodIdentity(
             f"{name}-role",
             cluster_name=cluster_name,
             namespace=CONTROLLER_NAMESPACE,
@@ -77,7 +77,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         self.release = helm_release(
             f"{name}-release",
             dataclasses.replace(chart, values=values),
-            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[crds, association])),
+            pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[crds, identity])),
         )
         # No instance metadata: region and VPC are given, credentials come from Pod Identity.
         network_policies(
@@ -85,5 +85,5 @@ class LoadBalancerController(pulumi.ComponentResource):
             [no_instance_metadata(CONTROLLER_NAMESPACE, LOAD_BALANCER_CONTROLLER_APP)],
             in_cluster,
         )
-        self.ready = [crds, association, self.release]
+        self.ready = [crds, identity, self.release, *after]
         self.register_outputs({"release": self.release.name})

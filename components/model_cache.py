@@ -12,7 +12,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from components.pod_identity import pod_identity_role
+from components.pod_identity import PodIdentity
 from planning.model_cache import ModelCachePlan
 
 READ = ["s3:GetObject"]
@@ -42,8 +42,9 @@ def prefix_policy(partition: str, bucket: str, prefix: str, actions: list[str]) 
 
 
 class ModelCache(pulumi.ComponentResource):
-    associations: list[aws.eks.PodIdentityAssociation]
-    """What pods must wait for before they can reach S3."""
+    access: list[pulumi.Resource]
+    """What pods must wait for before they can reach S3 (and outlive at destroy): both roles, their
+    policies and associations."""
 
     def __init__(
         self,
@@ -117,10 +118,10 @@ class ModelCache(pulumi.ComponentResource):
             )
 
         grants = [("reader", readers, READ)] + ([("writer", writers, WRITE)] if plan.copy_from else [])
-        self.associations = []
+        self.access = []
         for role_name, service_account, actions in grants:
-            self.associations.append(
-                pod_identity_role(
+            self.access.append(
+                PodIdentity(
                     f"{name}-{role_name}",
                     cluster_name=cluster_name,
                     namespace=namespace,

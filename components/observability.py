@@ -19,7 +19,7 @@ import pulumi_random as random
 
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import POD_IDENTITY_TRUST
+from components.pod_identity import PodIdentity
 from manifests.observability import (
     GRAFANA_ADMIN_SECRET,
     GRAFANA_ADMIN_USER,
@@ -63,16 +63,14 @@ class Observability(pulumi.ComponentResource):
         aws_child = pulumi.ResourceOptions(parent=self)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
 
-        role = aws.iam.Role(
+        # The add-on associates the role itself (pod_identity_associations).
+        identity = PodIdentity(
             f"{name}-ebs-csi",
-            assume_role_policy=POD_IDENTITY_TRUST,
+            cluster_name=None,
+            namespace="kube-system",
+            service_account=EBS_CSI_SERVICE_ACCOUNT,
+            managed_policy_arns=[f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}"],
             description="EBS CSI driver (kube-system/ebs-csi-controller-sa): Prometheus's volume",
-            opts=aws_child,
-        )
-        policy = aws.iam.RolePolicyAttachment(
-            f"{name}-ebs-csi",
-            role=role.name,
-            policy_arn=f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}",
             opts=aws_child,
         )
         driver = aws.eks.Addon(
@@ -84,15 +82,19 @@ class Observability(pulumi.ComponentResource):
             ).version,
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+                    role_arn=identity.role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
                 )
             ],
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             opts=pulumi.ResourceOptions.merge(
-                aws_child, pulumi.ResourceOptions(depends_on=[*system_nodes, pod_identity_agent, policy])
+                aws_child,
+                pulumi.ResourceOptions(depends_on=[*system_nodes, pod_identity_agent, identity]),
             ),
         )
+        # Prometheus's claim is deleted with the namespace; the driver deletes its volume (when the
+        # StorageClass says Delete), so the namespace and everything in it outlive the driver's access.
+        volumes = [driver, identity]
         storage = manifests.storage_class
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-gp3",
@@ -103,12 +105,14 @@ class Observability(pulumi.ComponentResource):
             volume_binding_mode=storage["volumeBindingMode"],
             allow_volume_expansion=storage["allowVolumeExpansion"],
             reclaim_policy=storage["reclaimPolicy"],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[driver])),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=volumes)),
         )
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns",
             metadata=manifests.namespace["metadata"],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(system_nodes))),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[*system_nodes, *volumes])
+            ),
         )
         network_policies(
             f"{name}-policy",
@@ -140,7 +144,7 @@ class Observability(pulumi.ComponentResource):
             manifests.kube_prometheus_stack,
             pulumi.ResourceOptions.merge(
                 child,
-                pulumi.ResourceOptions(depends_on=[*system_nodes, crds, storage_class, admin]),
+                pulumi.ResourceOptions(depends_on=[*system_nodes, crds, storage_class, admin, *volumes]),
             ),
             namespace=namespace.metadata.name,
         )

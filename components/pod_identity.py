@@ -1,21 +1,31 @@
-"""An IAM role that EKS Pod Identity hands to one service account: the role, its inline policy and the
-association, the Pulumi plumbing every AWS-using workload of the stack shares (not a component of its
-own). No static keys: the Pod Identity agent gives the pods short-lived credentials of the role."""
+"""An IAM role that EKS Pod Identity hands to one service account: the role, its policy (inline, or AWS
+managed policies attached) and the association, the Pulumi plumbing every AWS-using workload of the stack
+shares. No static keys: the Pod Identity agent gives the pods short-lived
+credentials of the role.
+
+What the workload does with AWS needs all of it at once, at both ends of its life: a pod started before
+its policy exists is denied, and a controller whose policy goes first at `destroy` cannot delete what it
+made (the load balancer controller's NLB and security groups then stay in the VPC). So the helper returns
+one `PodIdentity` component, and whatever must wait for the workload's AWS access, or outlive it,
+depends on it: on the role, every policy and attachment, and the association at once.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
 
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 POD_IDENTITY_TRUST = json.dumps(
     {
         "Version": "2012-10-17",
         "Statement": [
             {
                 "Effect": "Allow",
-                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
                 "Action": ["sts:AssumeRole", "sts:TagSession"],
             }
         ],
@@ -23,25 +33,44 @@ POD_IDENTITY_TRUST = json.dumps(
 )
 
 
-def pod_identity_role(
-    name: str,
-    *,
-    cluster_name: pulumi.Input[str],
-    namespace: str,
-    service_account: str,
-    policy: pulumi.Input[str],
-    description: str,
-    opts: pulumi.ResourceOptions,
-) -> aws.eks.PodIdentityAssociation:
-    """The role (its only policy inline), and the association pods must wait for: a pod started before
-    it gets no credentials from the agent."""
-    role = aws.iam.Role(name, assume_role_policy=POD_IDENTITY_TRUST, description=description, opts=opts)
-    aws.iam.RolePolicy(name, role=role.name, policy=policy, opts=opts)
-    return aws.eks.PodIdentityAssociation(
-        name,
-        cluster_name=cluster_name,
-        namespace=namespace,
-        service_account=service_account,
-        role_arn=role.arn,
-        opts=opts,
-    )
+class PodIdentity(pulumi.ComponentResource):
+    """The role with its inline `policy` and/or `managed_policy_arns`, and the association (none when
+    `cluster_name` is None: an EKS add-on then associates the role itself). Depend on the component:
+    that covers every part of it."""
+
+    role: aws.iam.Role
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        cluster_name: pulumi.Input[str] | None,
+        namespace: str,
+        service_account: str,
+        description: str,
+        policy: pulumi.Input[str] | None = None,
+        managed_policy_arns: Sequence[str] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("ray-llm-eks:pod_identity:PodIdentity", name, None, opts)
+        # Its parts were the workload's component's children before this component existed.
+        before = [pulumi.Alias(parent=opts.parent)] if opts and opts.parent else []
+        child = pulumi.ResourceOptions(parent=self, aliases=before)
+        self.role = aws.iam.Role(
+            name, assume_role_policy=POD_IDENTITY_TRUST, description=description, opts=child
+        )
+        if policy is not None:
+            aws.iam.RolePolicy(name, role=self.role.name, policy=policy, opts=child)
+        for i, arn in enumerate(managed_policy_arns):
+            attachment = name if len(managed_policy_arns) == 1 else f"{name}-{i}"
+            aws.iam.RolePolicyAttachment(attachment, role=self.role.name, policy_arn=arn, opts=child)
+        if cluster_name is not None:
+            aws.eks.PodIdentityAssociation(
+                name,
+                cluster_name=cluster_name,
+                namespace=namespace,
+                service_account=service_account,
+                role_arn=self.role.arn,
+                opts=child,
+            )
+        self.register_outputs({"roleArn": self.role.arn})

@@ -175,6 +175,7 @@ class TestGraph:
             "observability",
             "cluster_autoscaler",
             "cost",
+            "pod_identity",
         }
         for reg in dev_stack.registrations:
             if reg.type.startswith(COMPONENT_PREFIX):
@@ -182,10 +183,12 @@ class TestGraph:
             assert reg.parent in components, f"{reg.type} {reg.name} is not parented by a component"
 
     def test_children_are_named_after_their_component(self, dev_stack: StackRun):
+        """`<component>-<part>`, or the component's own name for its parts (a PodIdentity's role, policy
+        and association: one of each type)."""
         for reg in dev_stack.registrations:
             parent = next((r for r in dev_stack.registrations if r.urn == reg.parent), None)
             if parent is not None:
-                assert reg.name.startswith(f"{parent.name}-"), reg.name
+                assert reg.name == parent.name or reg.name.startswith(f"{parent.name}-"), reg.name
 
     def test_node_groups_wait_for_the_cluster_and_the_node_role(self, dev_stack: StackRun):
         """The cluster travels as a resource reference, which the SDK keeps out of the dependency
