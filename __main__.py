@@ -53,6 +53,7 @@ from planning import plan_stack
 from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
 from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
+from planning.keys import key_choices, plan_key_changes
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
@@ -138,11 +139,12 @@ def main() -> None:
     stack_id = f"{PROJECT}/{stack}"
     record = stack_record(stack_id, settings.region)
     zones = plan_zones(settings, zones_offering(settings.gpu_nodes.instance_type, settings.region), record)
+    key_warnings = plan_key_changes(settings, record)
     creator = cluster_creator(record, plan.cluster_name, settings.region, caller.arn)
     access = plan_access(settings, creator)
     for message in (plan.hardware_summary(), plan.fit.summary(), *access.notes):
         pulumi.log.info(message)
-    for message in (*plan.warnings, *zones.warnings):
+    for message in (*plan.warnings, *zones.warnings, *key_warnings):
         pulumi.log.warn(message)
 
     CostEstimate(
@@ -158,7 +160,9 @@ def main() -> None:
         config=settings.network,
         zones=zones.cluster_zones,
         cluster_name=plan.cluster_name,
-        record=StackRecord(zones.cluster_zones, zones.gpu_zone, creator).tags(stack_id),
+        record=StackRecord(zones.cluster_zones, zones.gpu_zone, creator, *key_choices(settings)).tags(
+            stack_id
+        ),
         region=settings.region,
     )
     cluster = Cluster(
@@ -220,7 +224,7 @@ def main() -> None:
     )
     serving = build_serving(settings, plan)
     # Pods get their roles' credentials from the agent: the copy Job and the Ray pods wait for both.
-    pod_identity = [cluster.pod_identity_agent, *model_cache.associations] if model_cache else []
+    pod_identity = [cluster.pod_identity_agent, *model_cache.access] if model_cache else []
     ray_service = RayService(
         "ray-llm",
         manifests=serving,
@@ -298,6 +302,8 @@ def main() -> None:
     pulumi.export("clusterZones", list(zones.cluster_zones))
     pulumi.export("gpuAvailabilityZone", gpu_nodes.availability_zone)
     pulumi.export("vpcId", network.vpc_id)
+    pulumi.export("secretsKeyArn", cluster.secrets_key_arn)
+    pulumi.export("volumeKeyArn", cluster.volume_key_arn)
     pulumi.export("namespace", ray_service.namespace)
     pulumi.export("serviceName", ray_service.service_name)
     pulumi.export(

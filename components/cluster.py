@@ -140,6 +140,8 @@ class Cluster(pulumi.ComponentResource):
     node_dependencies: list[pulumi.Resource]
     """What a node group must wait for, or its nodes cannot join or get pod networking: the node role's
     policies and the VPC CNI with its own role."""
+    secrets_key_arn: pulumi.Output[str]
+    """The KMS key that encrypts Kubernetes secrets (the stack's own, retained, or the given one)."""
     volume_key_arn: pulumi.Output[str]
     """KMS key of every EBS volume of the stack."""
     root_volume_transform: Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]
@@ -163,18 +165,20 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         partition = partition_of(region)
 
-        key_arn: pulumi.Input[str]
+        # The stack's keys are retained: neither a key setting's change nor `destroy` may schedule the
+        # deletion of a key EKS, a node's volume or Prometheus's kept volume still uses (planning/keys.py).
+        kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True))
         if config.secrets_kms_key_arn:
-            key_arn = config.secrets_kms_key_arn
+            self.secrets_key_arn = pulumi.Output.from_input(config.secrets_kms_key_arn)
         else:
-            key = aws.kms.Key(
+            self.secrets_key_arn = aws.kms.Key(
                 f"{name}-secrets",
                 description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
                 enable_key_rotation=True,
                 deletion_window_in_days=7,
-                opts=child,
-            )
-            key_arn = key.arn
+                opts=kept,
+            ).arn
+        key_arn = self.secrets_key_arn
 
         if config.volume_kms_key_arn:
             self.volume_key_arn = pulumi.Output.from_input(config.volume_kms_key_arn)
@@ -185,7 +189,7 @@ class Cluster(pulumi.ComponentResource):
                 enable_key_rotation=True,
                 deletion_window_in_days=7,
                 policy=volume_key_policy(account_id, region, partition),
-                opts=child,
+                opts=kept,
             ).arn
         self.root_volume_transform = encrypted_root_volume(self.volume_key_arn)
 
@@ -224,7 +228,9 @@ class Cluster(pulumi.ComponentResource):
                     f"{name}-logs",
                     name=f"/aws/eks/{cluster_name}/cluster",
                     retention_in_days=config.log_retention_days,
-                    opts=child,
+                    opts=pulumi.ResourceOptions.merge(
+                        child, pulumi.ResourceOptions(retain_on_delete=config.keep_logs_on_destroy or None)
+                    ),
                 )
             ]
             if config.log_types

@@ -24,6 +24,8 @@ TAG_STACK = f"{PROJECT}/stack"
 TAG_ZONES = f"{PROJECT}/zones"
 TAG_GPU_ZONE = f"{PROJECT}/gpu-zone"
 TAG_CREATOR = f"{PROJECT}/cluster-creator"
+TAG_SECRETS_KEY = f"{PROJECT}/secrets-key"
+TAG_VOLUME_KEY = f"{PROJECT}/volume-key"
 
 ZONE_SLOTS = 7
 """Zones a..g get a private block each; the eighth block holds the public subnets."""
@@ -37,6 +39,11 @@ class StackRecord:
     gpu_zone: str | None = None
     creator: str | None = None
     """IAM principal that created the EKS cluster (EKS made it admin with an entry of its own)."""
+    secrets_key: str | None = None
+    """What encrypts the cluster's Kubernetes secrets: `stack` (the stack's own key) or the key's ARN
+    (planning/keys.py; None in records written before it was kept)."""
+    volume_key: str | None = None
+    """Likewise for the EBS volumes."""
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
@@ -44,15 +51,23 @@ class StackRecord:
         if not zones:
             return None
         return cls(
-            zones=zones, gpu_zone=tags.get(TAG_GPU_ZONE) or None, creator=tags.get(TAG_CREATOR) or None
+            zones=zones,
+            gpu_zone=tags.get(TAG_GPU_ZONE) or None,
+            creator=tags.get(TAG_CREATOR) or None,
+            secrets_key=tags.get(TAG_SECRETS_KEY) or None,
+            volume_key=tags.get(TAG_VOLUME_KEY) or None,
         )
 
     def tags(self, stack_id: str) -> dict[str, str]:
         tags = {TAG_STACK: stack_id, TAG_ZONES: " ".join(self.zones)}
-        if self.gpu_zone:
-            tags[TAG_GPU_ZONE] = self.gpu_zone
-        if self.creator:
-            tags[TAG_CREATOR] = self.creator
+        for key, value in (
+            (TAG_GPU_ZONE, self.gpu_zone),
+            (TAG_CREATOR, self.creator),
+            (TAG_SECRETS_KEY, self.secrets_key),
+            (TAG_VOLUME_KEY, self.volume_key),
+        ):
+            if value:
+                tags[key] = value
         return tags
 
 
