@@ -62,7 +62,14 @@ class ClusterConfig(StrictModel):
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = Field(
         30,
         description="Retention of the control-plane log group `/aws/eks/<name>/cluster`, which the stack "
-        "creates (so `pulumi destroy` removes it too).",
+        "creates (EKS would otherwise create it without retention, outliving the stack).",
+    )
+    keep_logs_on_destroy: bool = Field(
+        False,
+        description="What `pulumi destroy` does with the control-plane log group: false deletes it with "
+        "the cluster; true keeps it (and its audit log) for its retention, e.g. where audit logs must "
+        "outlive the systems they record. Kept, a new cluster of the same name cannot be created until "
+        "the group is deleted or imported.",
     )
     secrets_kms_key_arn: str | None = Field(
         None,

@@ -27,6 +27,14 @@ class ObservabilityConfig(StrictModel):
         description="Prometheus's persistent volume (gp3, encrypted). Prometheus also stops keeping data "
         "beyond 90 % of it, so a full disk never stops it.",
     )
+    keep_volume_on_destroy: bool = Field(
+        True,
+        description="What `pulumi destroy` does with Prometheus's volume: true keeps it (the StorageClass "
+        "says `Retain`: the metrics history survives the stack, and its KMS key is kept too; delete both "
+        'by hand, docs/operations.md "Teardown"), false deletes it (`Delete`: the EBS CSI driver removes '
+        "it while the stack removes the monitoring namespace). A change replaces the StorageClass; a volume "
+        "that exists keeps the policy it was created with.",
+    )
     ttft_objective_seconds: float = Field(
         2.0,
         gt=0,

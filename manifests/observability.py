@@ -192,8 +192,9 @@ def dcgm_exporter_chart() -> HelmChart:
     )
 
 
-def storage_class() -> dict[str, Any]:
-    """gp3 through the EBS CSI driver, encrypted, created where the pod lands (the volume's zone)."""
+def storage_class(keep_volume: bool) -> dict[str, Any]:
+    """gp3 through the EBS CSI driver, encrypted, created where the pod lands (the volume's zone); kept
+    or deleted at `destroy` as `observability.keepVolumeOnDestroy` says."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -202,7 +203,7 @@ def storage_class() -> dict[str, Any]:
         "parameters": {"type": "gp3", "encrypted": "true"},
         "volumeBindingMode": "WaitForFirstConsumer",
         "allowVolumeExpansion": True,
-        "reclaimPolicy": "Delete",
+        "reclaimPolicy": "Retain" if keep_volume else "Delete",
     }
 
 
@@ -423,7 +424,7 @@ def build_observability(settings: Settings) -> ObservabilityManifests:
     return ObservabilityManifests(
         namespace=monitoring_namespace(),
         network_policy=no_instance_metadata(MONITORING_NAMESPACE),
-        storage_class=storage_class(),
+        storage_class=storage_class(settings.observability.keep_volume_on_destroy),
         kube_prometheus_stack=kube_prometheus_stack_chart(settings),
         dcgm_exporter=dcgm_exporter_chart(),
         pod_monitors=pod_monitors(settings),
