@@ -126,6 +126,8 @@ class Registration:
     provider: str
     delete_before_replace: bool
     retain_on_delete: bool
+    protect: bool
+    ignore_changes: list[str]
     replace_on_changes: list[str]
     custom_timeouts: dict[str, str]
     aliases: list[dict[str, Any]]
@@ -177,6 +179,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     provider=request.provider,
                     delete_before_replace=request.deleteBeforeReplace,
                     retain_on_delete=request.retainOnDelete,
+                    protect=request.protect,
+                    ignore_changes=list(request.ignoreChanges),
                     replace_on_changes=list(request.replaceOnChanges),
                     custom_timeouts=json_format.MessageToDict(request.customTimeouts),
                     aliases=[json_format.MessageToDict(a) for a in request.aliases],
