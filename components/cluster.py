@@ -168,29 +168,35 @@ class Cluster(pulumi.ComponentResource):
         # The stack's keys are retained: neither a key setting's change nor `destroy` may schedule the
         # deletion of a key EKS, a node's volume or Prometheus's kept volume still uses (planning/keys.py).
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True))
-        if config.secrets_kms_key_arn:
-            self.secrets_key_arn = pulumi.Output.from_input(config.secrets_kms_key_arn)
-        else:
-            self.secrets_key_arn = aws.kms.Key(
-                f"{name}-secrets",
-                description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
+
+        def key(
+            suffix: str, given: str | None, description: str, policy: str | None = None
+        ) -> pulumi.Output[str]:
+            """The given key's ARN, or the stack's own key (rotated, retained)."""
+            if given:
+                return pulumi.Output.from_input(given)
+            return aws.kms.Key(
+                f"{name}-{suffix}",
+                description=description,
                 enable_key_rotation=True,
                 deletion_window_in_days=7,
+                policy=policy,
                 opts=kept,
             ).arn
+
+        self.secrets_key_arn = key(
+            "secrets",
+            config.secrets_kms_key_arn,
+            f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
+        )
         key_arn = self.secrets_key_arn
 
-        if config.volume_kms_key_arn:
-            self.volume_key_arn = pulumi.Output.from_input(config.volume_kms_key_arn)
-        else:
-            self.volume_key_arn = aws.kms.Key(
-                f"{name}-volumes",
-                description=f"EBS volumes of EKS cluster {cluster_name} (node root volumes, Prometheus)",
-                enable_key_rotation=True,
-                deletion_window_in_days=7,
-                policy=volume_key_policy(account_id, region, partition),
-                opts=kept,
-            ).arn
+        self.volume_key_arn = key(
+            "volumes",
+            config.volume_kms_key_arn,
+            f"EBS volumes of EKS cluster {cluster_name} (node root volumes, Prometheus)",
+            volume_key_policy(account_id, region, partition),
+        )
         self.root_volume_transform = encrypted_root_volume(self.volume_key_arn)
 
         self.node_role = aws.iam.Role(

@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import SecretStr
 
+from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from manifests.endpoint import EndpointManifests, envoy_gateway_chart, envoy_gateway_crds
@@ -71,11 +72,7 @@ class Endpoint(pulumi.ComponentResource):
             [manifests.gateway_network_policy],
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
-        crds = k8s.yaml.v2.ConfigGroup(
-            f"{name}-crds",
-            files=envoy_gateway_crds(),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
-        )
+        crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)
         release = helm_release(
             f"{name}-envoy-gateway",
             envoy_gateway_chart(),

@@ -1,5 +1,5 @@
-"""One Helm release from a chart described in manifests/charts.py: the Pulumi plumbing the device
-plugins and the KubeRay operator share (not a component of its own)."""
+"""One Helm release from a chart described in manifests/charts.py, and the CRDs a chart's controller needs:
+the Pulumi plumbing every component that installs a chart shares (not a component of its own)."""
 
 from __future__ import annotations
 
@@ -25,4 +25,15 @@ def helm_release(
         values=chart.values,
         skip_crds=chart.skip_crds or None,
         opts=opts,
+    )
+
+
+def crds(name: str, files: list[str], opts: pulumi.ResourceOptions) -> k8s.yaml.v2.ConfigGroup:
+    """A chart's CRDs, applied by the stack: Helm installs a chart's crds/ once and never upgrades them.
+    Kept at `destroy` (`retain_on_delete`): deleting a CRD deletes every object of it; they go with the
+    cluster."""
+    return k8s.yaml.v2.ConfigGroup(
+        name,
+        files=files,
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True)),
     )

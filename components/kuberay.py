@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from config.serving import KubeRayConfig
@@ -48,11 +49,7 @@ class KubeRayOperator(pulumi.ComponentResource):
             [no_instance_metadata(config.namespace)],
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
-        self.crds = k8s.yaml.v2.ConfigGroup(
-            f"{name}-crds",
-            files=kuberay_crds(config),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
-        )
+        self.crds = chart_crds(f"{name}-crds", kuberay_crds(config), child)
         self.release = helm_release(
             f"{name}-operator",
             kuberay_operator(config),

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from components.pod_identity import PodIdentity
@@ -67,12 +68,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             opts=child,
         )
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(after))
-        crds = k8s.yaml.v2.ConfigGroup(
-            f"{name}-crds",
-            files=load_balancer_controller_crds(),
-            # Deleting a CRD deletes every object of it; they go with the cluster.
-            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(retain_on_delete=True)),
-        )
+        crds = chart_crds(f"{name}-crds", load_balancer_controller_crds(), in_cluster)
         values = dict(chart.values, vpcId=vpc_id)
         self.release = helm_release(
             f"{name}-release",

@@ -17,6 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from components.pod_identity import PodIdentity
@@ -119,11 +120,7 @@ class Observability(pulumi.ComponentResource):
             [manifests.network_policy],
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
-        crds = k8s.yaml.v2.ConfigGroup(
-            f"{name}-crds",
-            files=kube_prometheus_stack_crds(),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
-        )
+        crds = chart_crds(f"{name}-crds", kube_prometheus_stack_crds(), child)
 
         # pulumi-random marks `result` secret; said again here, so it stays one whatever the provider does.
         self.grafana_admin_password = pulumi.Output.secret(

@@ -61,7 +61,30 @@ READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
 pod counts as ready only once the NLB sends it traffic, so a rollout never leaves no healthy target."""
 
 
+class ObjectMeta(K8sModel):
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class GatewayApiObject(Manifest):
+    """A Gateway API object (v1, standard channel); each kind declares `kind` and `spec`."""
+
+    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+    metadata: ObjectMeta
+
+
+class EnvoyGatewayObject(Manifest):
+    """One of Envoy Gateway's own objects (v1alpha1 at v1.9.0); each kind declares `kind` and `spec`."""
+
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+    metadata: ObjectMeta
+
+
 class LocalRef(K8sModel):
+    """The Gateway API's LocalObjectReference (policy targets, parametersRef, extensionRef)."""
+
     group: str
     kind: str
     name: str
@@ -90,15 +113,9 @@ class RouteTimeouts(K8sModel):
     request: str
 
 
-class ExtensionRef(K8sModel):
-    group: str
-    kind: str
-    name: str
-
-
 class RouteFilter(K8sModel):
     type: Literal["ExtensionRef"]
-    extension_ref: ExtensionRef
+    extension_ref: LocalRef
 
 
 class RouteRule(K8sModel):
@@ -123,12 +140,10 @@ class HTTPRouteFilterSpec(K8sModel):
     direct_response: DirectResponse
 
 
-class HTTPRouteFilter(Manifest):
+class HTTPRouteFilter(EnvoyGatewayObject):
     """Envoy Gateway's filter answering a route itself: what the endpoint says while the stack is parked."""
 
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
     kind: Literal["HTTPRouteFilter"] = "HTTPRouteFilter"
-    metadata: ObjectMeta
     spec: HTTPRouteFilterSpec
 
 
@@ -137,17 +152,8 @@ class HTTPRouteSpec(K8sModel):
     rules: list[RouteRule]
 
 
-class ObjectMeta(K8sModel):
-    name: str
-    namespace: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-
-
-class HTTPRoute(Manifest):
-    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+class HTTPRoute(GatewayApiObject):
     kind: Literal["HTTPRoute"] = "HTTPRoute"
-    metadata: ObjectMeta
     spec: HTTPRouteSpec
 
 
@@ -167,10 +173,8 @@ class GatewaySpec(K8sModel):
     infrastructure: GatewayInfrastructure
 
 
-class Gateway(Manifest):
-    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+class Gateway(GatewayApiObject):
     kind: Literal["Gateway"] = "Gateway"
-    metadata: ObjectMeta
     spec: GatewaySpec
 
 
@@ -178,10 +182,8 @@ class GatewayClassSpec(K8sModel):
     controller_name: str
 
 
-class GatewayClass(Manifest):
-    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
+class GatewayClass(GatewayApiObject):
     kind: Literal["GatewayClass"] = "GatewayClass"
-    metadata: ObjectMeta
     spec: GatewayClassSpec
 
 
@@ -222,10 +224,8 @@ class EnvoyProxySpec(K8sModel):
     provider: EnvoyProxyProvider
 
 
-class EnvoyProxy(Manifest):
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+class EnvoyProxy(EnvoyGatewayObject):
     kind: Literal["EnvoyProxy"] = "EnvoyProxy"
-    metadata: ObjectMeta
     spec: EnvoyProxySpec
 
 
@@ -243,15 +243,18 @@ class ApiKeyAuth(K8sModel):
     sanitize: bool
 
 
-class SecurityPolicySpec(K8sModel):
+class PolicySpec(K8sModel):
+    """What every Envoy Gateway policy names: the Gateway API objects it applies to."""
+
     target_refs: list[LocalRef]
+
+
+class SecurityPolicySpec(PolicySpec):
     api_key_auth: ApiKeyAuth
 
 
-class SecurityPolicy(Manifest):
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+class SecurityPolicy(EnvoyGatewayObject):
     kind: Literal["SecurityPolicy"] = "SecurityPolicy"
-    metadata: ObjectMeta
     spec: SecurityPolicySpec
 
 
@@ -264,15 +267,12 @@ class ClientTimeouts(K8sModel):
     http: ClientHttpTimeouts
 
 
-class ClientTrafficPolicySpec(K8sModel):
-    target_refs: list[LocalRef]
+class ClientTrafficPolicySpec(PolicySpec):
     timeout: ClientTimeouts
 
 
-class ClientTrafficPolicy(Manifest):
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+class ClientTrafficPolicy(EnvoyGatewayObject):
     kind: Literal["ClientTrafficPolicy"] = "ClientTrafficPolicy"
-    metadata: ObjectMeta
     spec: ClientTrafficPolicySpec
 
 
@@ -284,15 +284,12 @@ class BackendTimeouts(K8sModel):
     http: BackendHttpTimeouts
 
 
-class BackendTrafficPolicySpec(K8sModel):
-    target_refs: list[LocalRef]
+class BackendTrafficPolicySpec(PolicySpec):
     timeout: BackendTimeouts
 
 
-class BackendTrafficPolicy(Manifest):
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
+class BackendTrafficPolicy(EnvoyGatewayObject):
     kind: Literal["BackendTrafficPolicy"] = "BackendTrafficPolicy"
-    metadata: ObjectMeta
     spec: BackendTrafficPolicySpec
 
 
@@ -459,7 +456,7 @@ def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
             filters=[
                 RouteFilter(
                     type="ExtensionRef",
-                    extension_ref=ExtensionRef(
+                    extension_ref=LocalRef(
                         group=ENVOY_GATEWAY_API, kind="HTTPRouteFilter", name=parked_filter
                     ),
                 )

@@ -21,7 +21,7 @@ from manifests.k8s import (
     EmptyDirVolumeSource,
     EnvVar,
     K8sModel,
-    Manifest,
+    NamespacedManifest,
     ObjectMeta,
     PodMetadata,
     PodSpec,
@@ -47,10 +47,9 @@ class JobSpec(K8sModel):
     template: PodTemplate
 
 
-class JobManifest(Manifest):
+class JobManifest(NamespacedManifest):
     api_version: Literal["batch/v1"] = "batch/v1"
     kind: Literal["Job"] = "Job"
-    metadata: ObjectMeta
     spec: JobSpec
 
 

@@ -182,12 +182,25 @@ class ObjectMeta(K8sModel):
     annotations: dict[str, str] = {}
 
 
+HEAD_FIELDS = ("apiVersion", "kind", "metadata")
+
+
 class Manifest(K8sModel):
-    """A whole Kubernetes object (apiVersion, kind, metadata, spec, declared by each kind)."""
+    """A whole Kubernetes object (apiVersion, kind, metadata, spec, declared by each kind or its group's
+    base class)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The object as the API server sees it: camelCase, unset fields absent (never null)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The object as the API server sees it: camelCase, unset fields absent (never null), apiVersion,
+        kind and metadata first, whatever order the classes declare them in."""
+        fields = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        head = {key: fields.pop(key) for key in HEAD_FIELDS if key in fields}
+        return {**head, **fields}
+
+
+class NamespacedManifest(Manifest):
+    """An object that lives in a namespace (each kind declares apiVersion, kind and spec)."""
+
+    metadata: ObjectMeta
 
 
 def pod_security_labels(level: str, *, audit: str = "restricted") -> dict[str, str]:

@@ -31,7 +31,7 @@ from manifests.k8s import (
     K8sModel,
     Lifecycle,
     LifecycleHandler,
-    Manifest,
+    NamespacedManifest,
     ObjectFieldSelector,
     ObjectMeta,
     PodMetadata,
@@ -118,10 +118,9 @@ class RayServiceSpec(K8sModel):
     ray_cluster_config: RayClusterSpec
 
 
-class RayServiceManifest(Manifest):
+class RayServiceManifest(NamespacedManifest):
     api_version: Literal["ray.io/v1"] = "ray.io/v1"
     kind: Literal["RayService"] = "RayService"
-    metadata: ObjectMeta
     spec: RayServiceSpec
 
     def cluster_fingerprint(self) -> str:

@@ -49,14 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     root_help = f"directory holding Pulumi.yaml and the stack files (default: {PROJECT_ROOT})"
 
+    def of_stack(sub: argparse.ArgumentParser, stack_help: str) -> None:
+        """A command that needs a stack: --stack (required) and where its files are (--root)."""
+        sub.add_argument("--stack", required=True, metavar="NAME", help=stack_help)
+        sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
+
     render = commands.add_parser(
         "render",
         help="print the serving Namespace and RayService as YAML, exactly as `pulumi up` creates them",
         description="Print, offline, the serving Namespace and RayService of a stack as multi-document "
         "YAML: the same functions the Pulumi program calls, so this is what `pulumi up` applies.",
     )
-    render.add_argument("--stack", required=True, metavar="NAME", help="stack name: reads Pulumi.NAME.yaml")
-    render.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
+    of_stack(render, "stack name: reads Pulumi.NAME.yaml")
     render.add_argument(
         "--account-id",
         metavar="ID",
@@ -95,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the stack's outputs as a Markdown table, from `pulumi stack output --json` "
         "without --show-secrets: Pulumi masks every secret output, so nothing secret is printed.",
     )
-    summary.add_argument("--stack", required=True, metavar="NAME", help="the deployed stack")
-    summary.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
+    of_stack(summary, "the deployed stack")
     for sub in (status, verify, dashboards):
         where = sub.add_mutually_exclusive_group()
         where.add_argument(

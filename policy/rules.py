@@ -431,18 +431,26 @@ def volumes_encrypted(resource_type: str, props: Mapping[str, Any], name: str, r
 # --- The pack -------------------------------------------------------------------------------------
 
 
-def _resource(check: Callable[[str, Mapping[str, Any], str, Report], None]):
+def _resource(name: str, description: str, check: Callable[[str, Mapping[str, Any], str, Report], None]):
+    """A mandatory rule over each resource, as `check(type, props, name, report)`."""
+
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
         check(args.resource_type, args.props, args.name, lambda message: report(message, None))
 
-    return validate
+    return ResourceValidationPolicy(
+        name=name, description=description, validate=validate, enforcement_level=MANDATORY
+    )
 
 
-def _stack(check: Callable[[list[PolicyResource], ReportViolation], None]):
+def _stack(name: str, description: str, check: Callable[[list[PolicyResource], ReportViolation], None]):
+    """A mandatory rule over the whole stack, as `check(resources, report)`."""
+
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         check(list(args.resources), report)
 
-    return validate
+    return StackValidationPolicy(
+        name=name, description=description, validate=validate, enforcement_level=MANDATORY
+    )
 
 
 def _serving(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -455,41 +463,35 @@ def _serving(args: ResourceValidationArgs, report: ReportViolation) -> None:
 MANDATORY = EnforcementLevel.MANDATORY
 
 POLICIES: list[Policy] = [
-    StackValidationPolicy(
-        name="gpu-node-groups-in-one-zone",
-        description="GPU and EFA node groups have exactly one subnet, so one availability zone.",
-        validate=_stack(gpu_node_groups_in_one_zone),
-        enforcement_level=MANDATORY,
+    _stack(
+        "gpu-node-groups-in-one-zone",
+        "GPU and EFA node groups have exactly one subnet, so one availability zone.",
+        gpu_node_groups_in_one_zone,
     ),
-    ResourceValidationPolicy(
-        name="imdsv2-required",
-        description="Every launch template, instance and node group requires IMDSv2.",
-        validate=_resource(imdsv2_required),
-        enforcement_level=MANDATORY,
+    _resource(
+        "imdsv2-required",
+        "Every launch template, instance and node group requires IMDSv2.",
+        imdsv2_required,
     ),
-    StackValidationPolicy(
-        name="no-nodes-in-public-subnets",
-        description="No node group or instance in a subnet that is public.",
-        validate=_stack(no_nodes_in_public_subnets),
-        enforcement_level=MANDATORY,
+    _stack(
+        "no-nodes-in-public-subnets",
+        "No node group or instance in a subnet that is public.",
+        no_nodes_in_public_subnets,
     ),
-    StackValidationPolicy(
-        name="s3-buckets-private-and-encrypted",
-        description="Every bucket blocks public access and says how it is encrypted.",
-        validate=_stack(s3_buckets_private_and_encrypted),
-        enforcement_level=MANDATORY,
+    _stack(
+        "s3-buckets-private-and-encrypted",
+        "Every bucket blocks public access and says how it is encrypted.",
+        s3_buckets_private_and_encrypted,
     ),
-    StackValidationPolicy(
-        name="internet-facing-load-balancers-use-tls",
-        description="An internet-facing load balancer (a Service or an aws.lb) serves TLS only.",
-        validate=_stack(internet_facing_load_balancers_use_tls),
-        enforcement_level=MANDATORY,
+    _stack(
+        "internet-facing-load-balancers-use-tls",
+        "An internet-facing load balancer (a Service or an aws.lb) serves TLS only.",
+        internet_facing_load_balancers_use_tls,
     ),
-    ResourceValidationPolicy(
-        name="no-plaintext-secrets",
-        description="No credential in plain resource inputs: only in Secrets and Pulumi secrets.",
-        validate=_resource(no_plaintext_secrets),
-        enforcement_level=MANDATORY,
+    _resource(
+        "no-plaintext-secrets",
+        "No credential in plain resource inputs: only in Secrets and Pulumi secrets.",
+        no_plaintext_secrets,
     ),
     ResourceValidationPolicy(
         name="serving-pods-not-privileged",
@@ -500,10 +502,9 @@ POLICIES: list[Policy] = [
             properties={"servingNamespace": {"type": "string", "default": DEFAULT_SERVING_NAMESPACE}}
         ),
     ),
-    ResourceValidationPolicy(
-        name="volumes-encrypted",
-        description="Every EBS volume is encrypted (launch templates, volumes, EBS StorageClasses).",
-        validate=_resource(volumes_encrypted),
-        enforcement_level=MANDATORY,
+    _resource(
+        "volumes-encrypted",
+        "Every EBS volume is encrypted (launch templates, volumes, EBS StorageClasses).",
+        volumes_encrypted,
     ),
 ]
