@@ -13,9 +13,11 @@ stack is unparked, which `pulumi up` waits for as always.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
 
-from config.base import StrictModel
+from pydantic import Field, model_validator
+
+from config.base import StrictModel, seconds_at_most
 
 
 class SideScaling(StrictModel):
@@ -38,6 +40,16 @@ class SideScaling(StrictModel):
         description="Requests one replica takes at once; more wait in Serve's queue, in front of the "
         "engine, where they count towards scaling.",
     )
+
+    @model_validator(mode="after")
+    def _target_below_the_limit(self) -> SideScaling:
+        if self.target_ongoing_requests >= self.max_ongoing_requests:
+            raise ValueError(
+                f"targetOngoingRequests {self.target_ongoing_requests:g} is not below maxOngoingRequests "
+                f"{self.max_ongoing_requests}: a replica never holds more than the limit, so it never "
+                "reaches the target and Serve never adds one; keep the target below the limit"
+            )
+        return self
 
 
 class PrefillScaling(SideScaling):
@@ -74,10 +86,10 @@ class AutoscalingConfig(StrictModel):
     )
     prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
     decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]
-    upscale_delay_seconds: float = Field(
+    upscale_delay_seconds: Annotated[float, seconds_at_most(3600)] = Field(
         30, ge=0, description="How long demand must stay above target before Serve adds a replica."
     )
-    downscale_delay_seconds: float = Field(
+    downscale_delay_seconds: Annotated[float, seconds_at_most(86400)] = Field(
         600,
         ge=0,
         description="How long demand must stay below target before Serve removes a replica (a new replica "

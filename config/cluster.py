@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from ipaddress import IPv4Network
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from config import versions
-from config.base import InstanceSpec, StrictModel
+from config.base import IamPrincipalArn, InstanceSpec, KmsKeyArn, StrictModel, never_public
 from config.network import AvailabilityZone
 
-IamPrincipalArn = Annotated[
-    str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
-]
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
 
@@ -71,16 +68,14 @@ class ClusterConfig(StrictModel):
         "outlive the systems they record. Kept, a new cluster of the same name cannot be created until "
         "the group is deleted or imported.",
     )
-    secrets_kms_key_arn: str | None = Field(
+    secrets_kms_key_arn: KmsKeyArn | None = Field(
         None,
-        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+$",
         description="KMS key that encrypts Kubernetes secrets. Default: the stack creates one (with "
         "rotation) for the cluster.",
     )
 
-    volume_kms_key_arn: str | None = Field(
+    volume_kms_key_arn: KmsKeyArn | None = Field(
         None,
-        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+$",
         description="KMS key that encrypts every EBS volume the stack creates (the nodes' root volumes, "
         "Prometheus's volume). Its key policy must let EC2 use it for this account (`kms:ViaService` "
         "`ec2.<region>.amazonaws.com`), or nodes fail to launch. Default: the stack creates one (with "
@@ -94,6 +89,19 @@ class ClusterConfig(StrictModel):
         if problem:
             raise ValueError(problem)
         return version
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_ranges(cls, value: list[IPv4Network]) -> list[IPv4Network]:
+        private = never_public(value)
+        if private:
+            raise ValueError(
+                f"{private} are private ranges; the public endpoint sees the public address a request comes "
+                "from, never a private one (EKS refuses them too). List your public egress ranges (`curl "
+                "https://checkip.amazonaws.com` shows yours), or turn the public endpoint off and run "
+                "`pulumi up` from inside the VPC"
+            )
+        return value
 
     @model_validator(mode="after")
     def _cidrs_need_public_endpoint(self) -> ClusterConfig:

@@ -10,11 +10,11 @@ stack's `apiKeys` secret gives one; adding, rotating or removing a client is a c
 from __future__ import annotations
 
 from ipaddress import IPv4Network
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from config.base import DnsLabel, StrictModel
+from config.base import AcmCertificateArn, DnsLabel, StrictModel, never_public, seconds_at_most
 
 DEFAULT_CLIENT = "default"
 
@@ -50,9 +50,8 @@ class EndpointConfig(StrictModel):
         "`loadBalancerSourceRanges`). Required when internet-facing (write 0.0.0.0/0 to mean everyone). "
         "Empty for internal: whatever can route into the VPC (peerings, VPN, Transit Gateway) may connect.",
     )
-    certificate_arn: str | None = Field(
+    certificate_arn: AcmCertificateArn | None = Field(
         None,
-        pattern=r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$",
         description="ACM certificate (in the stack's region) the NLB terminates TLS with, on port 443. "
         "Without it the endpoint speaks plain HTTP on port 80, which only `internal` allows.",
     )
@@ -70,13 +69,13 @@ class EndpointConfig(StrictModel):
         description="The applications that may call the endpoint, each with its own key (output `apiKeys`, "
         "a secret). Removing a client revokes its key.",
     )
-    request_timeout_seconds: int = Field(
+    request_timeout_seconds: Annotated[int, seconds_at_most(86400)] = Field(
         900,
         ge=0,
         description="Longest a request may take, streamed completions included, before the gateway cuts "
         "it (Envoy's default is 15 s, which cuts long generations); 0: no limit.",
     )
-    idle_timeout_seconds: int = Field(
+    idle_timeout_seconds: Annotated[int, seconds_at_most(86400)] = Field(
         300,
         ge=10,
         description="Longest a connection or a stream may go without a byte before the gateway closes it "
@@ -107,6 +106,13 @@ class EndpointConfig(StrictModel):
             raise ValueError(
                 "certificateArn is required when scheme is internet-facing: without TLS the API keys "
                 "would cross the internet in clear text (or use scheme internal)"
+            )
+        private = never_public(self.source_ranges)
+        if self.scheme == "internet-facing" and private:
+            raise ValueError(
+                f"sourceRanges {private} are private ranges, which no connection to an internet-facing NLB "
+                "ever comes from (traffic from a VPC reaches it from its NAT's public address); list the "
+                "public ranges, or use scheme internal for clients inside the VPC"
             )
         if self.scheme == "internet-facing" and not self.source_ranges:
             raise ValueError(

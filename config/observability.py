@@ -6,9 +6,11 @@ serve their metrics on the ports the monitors name; docs/operations.md says what
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from config.base import StrictModel
+from config.base import StrictModel, seconds_at_most
 
 
 class ObservabilityConfig(StrictModel):
@@ -35,7 +37,7 @@ class ObservabilityConfig(StrictModel):
         "it while the stack removes the monitoring namespace). A change replaces the StorageClass; a volume "
         "that exists keeps the policy it was created with.",
     )
-    ttft_objective_seconds: float = Field(
+    ttft_objective_seconds: Annotated[float, seconds_at_most(120)] = Field(
         2.0,
         gt=0,
         description="Time to first token the p95 should stay below; an alert fires when it has not for "

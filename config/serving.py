@@ -8,7 +8,17 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from config import versions
-from config.base import DnsLabel, Quantity, SemVer, StrictModel, quantity_value
+from config.base import (
+    BucketName,
+    CpuQuantity,
+    DnsLabel,
+    MemoryQuantity,
+    Namespace,
+    SemVer,
+    StrictModel,
+    quantity_value,
+    s3_bucket_problem,
+)
 
 IMAGE_REFERENCE = (
     r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9._/-]+"  # registry host[:port]/repository
@@ -24,16 +34,16 @@ class KubeRayConfig(StrictModel):
         description="`kuberay-operator` Helm chart version; the stack applies the same release's CRDs (Helm "
         "would never upgrade them).",
     )
-    namespace: DnsLabel = Field("kuberay-operator", description="Namespace of the operator.")
+    namespace: Namespace = Field("kuberay-operator", description="Namespace of the operator.")
 
 
 class HeadConfig(StrictModel):
     """The CPU-only Ray head on the system node (the seed's numbers)."""
 
-    cpu_request: Quantity = Field("2", description="CPU request of the Ray head.")
-    memory_request: Quantity = Field("8Gi", description="Memory request of the Ray head.")
-    cpu_limit: Quantity = Field("3", description="CPU limit of the Ray head.")
-    memory_limit: Quantity = Field("12Gi", description="Memory limit of the Ray head.")
+    cpu_request: CpuQuantity = Field("2", description="CPU request of the Ray head.")
+    memory_request: MemoryQuantity = Field("8Gi", description="Memory request of the Ray head.")
+    cpu_limit: CpuQuantity = Field("3", description="CPU limit of the Ray head.")
+    memory_limit: MemoryQuantity = Field("12Gi", description="Memory limit of the Ray head.")
 
     @model_validator(mode="after")
     def _limits_cover_requests(self) -> HeadConfig:
@@ -49,9 +59,9 @@ class WorkerConfig(StrictModel):
     """GPU worker pods. CPU and memory default to what the GPU instance leaves after the node's own
     daemons (see planning/capacity.py); set them only to override that."""
 
-    cpu: Quantity | None = Field(None, description="CPU request and limit per worker (override).")
-    memory: Quantity | None = Field(None, description="Memory request and limit per worker (override).")
-    shm_size: Quantity | None = Field(
+    cpu: CpuQuantity | None = Field(None, description="CPU request and limit per worker (override).")
+    memory: MemoryQuantity | None = Field(None, description="Memory request and limit per worker (override).")
+    shm_size: MemoryQuantity | None = Field(
         None,
         description="Size of the memory-backed /dev/shm (NCCL, NIXL and vLLM use it; it counts against the "
         "worker's memory). Default: 16Gi per GPU of the worker, at most a quarter of its memory.",
@@ -70,7 +80,7 @@ class ServingConfig(StrictModel):
     """The RayService: names, image, upgrade path, readiness timeout, and the sizes of the Ray
     head (`head`) and of each GPU worker (`worker`)."""
 
-    namespace: DnsLabel = Field("inference", description="Namespace of the RayService.")
+    namespace: Namespace = Field("inference", description="Namespace of the RayService.")
     name: str = Field(
         "ray-llm",
         # KubeRay refuses anything but a DNS-1035 label of at most 47 characters, and the RayService
@@ -218,6 +228,22 @@ class ModelConfig(StrictModel):
         "default model; otherwise 2 x attention layers x KV heads x head dim x dtype bytes.",
     )
 
+    @field_validator("source")
+    @classmethod
+    def _s3_prefix_of_a_valid_bucket(cls, value: str) -> str:
+        if not value.startswith("s3://"):
+            return value
+        bucket, _, prefix = value.removeprefix("s3://").partition("/")
+        problem = s3_bucket_problem(bucket)
+        if problem:
+            raise ValueError(problem)
+        if not prefix.strip("/"):
+            raise ValueError(
+                f"{value} is the bucket's root; name the prefix that holds the model's files (and its "
+                f"`hash` file), e.g. s3://{bucket}/models/<name>"
+            )
+        return value
+
     @field_validator("extra_engine_kwargs")
     @classmethod
     def _no_owned_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -240,9 +266,8 @@ class ModelCacheConfig(StrictModel):
         description="Load Hugging Face models from the S3 copy; off: each worker downloads from "
         "Hugging Face.",
     )
-    bucket: str | None = Field(
+    bucket: BucketName | None = Field(
         None,
-        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
         description="An existing bucket to keep the copy in. Default: the stack creates one (private, "
         "encrypted, public access blocked) named `<cluster>-models-<account>-<region>`.",
     )

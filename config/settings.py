@@ -82,13 +82,6 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
             f"{project}:network.availabilityZones {cluster_zones}"
         )
     endpoint = settings.endpoint
-    if endpoint.enabled and endpoint.certificate_arn:
-        cert_region = endpoint.certificate_arn.split(":")[3]
-        if cert_region != settings.region:
-            problems.append(
-                f"{project}:endpoint.certificateArn: the certificate is in {cert_region}, but an NLB in "
-                f"{REGION_KEY} {settings.region} can only use a certificate of its own region"
-            )
     scaling, model = settings.autoscaling, settings.model
     for side, minimum in (("prefill", model.prefill_replicas), ("decode", model.decode_replicas)):
         maximum = getattr(scaling, side).max_replicas
@@ -102,6 +95,8 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
             f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
             f"{project}:gpuNodes.minSize {settings.gpu_nodes.min_size}; set it to 0 to park"
         )
+    problems += _one_purpose_per_secret(settings, project)
+    problems += _one_section_per_namespace(settings, project)
     for client, key in sorted(settings.api_keys.items()):
         if client not in endpoint.clients:
             problems.append(
@@ -113,6 +108,55 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
                 f"{project}:apiKeys.{client}: the key has {len(key.get_secret_value())} characters; "
                 f"use at least {MIN_API_KEY_LENGTH} (or remove it and let the stack generate one)"
             )
+    return problems
+
+
+FIXED_NAMESPACES = {
+    "kube-system": "the device plugins, the load balancer controller and Cluster Autoscaler",
+    "monitoring": "the metrics stack (observability)",
+    "envoy-gateway-system": "Envoy Gateway (endpoint)",
+}
+"""The namespaces the stack's own charts use, whatever the config says (manifests/; a test keeps the two
+in step)."""
+
+
+def _one_purpose_per_secret(settings: Settings, project: str) -> list[str]:
+    """A secret value given twice serves two purposes: revoking one would leave it working as the other
+    (and Envoy Gateway refuses an api_key_auth Secret with a value twice)."""
+    problems = []
+    by_value: dict[str, list[str]] = {}
+    for client, key in sorted(settings.api_keys.items()):
+        by_value.setdefault(key.get_secret_value(), []).append(f"{project}:apiKeys.{client}")
+    if settings.hugging_face_token:
+        by_value.setdefault(settings.hugging_face_token.get_secret_value(), []).append(
+            f"{project}:huggingFaceToken"
+        )
+    for value, keys in by_value.items():
+        if len(keys) > 1 and value != ENCRYPTED:  # offline, every secret reads as the same placeholder
+            problems.append(
+                f"{keys[0]}: the same secret is also {', '.join(keys[1:])}; give each its own (removing one "
+                "would leave the other still working)"
+            )
+    return problems
+
+
+def _one_section_per_namespace(settings: Settings, project: str) -> list[str]:
+    claims = {
+        f"{project}:serving.namespace": settings.serving.namespace,
+        f"{project}:kuberay.namespace": settings.kuberay.namespace,
+    }
+    problems = []
+    for key, namespace in claims.items():
+        if namespace in FIXED_NAMESPACES:
+            problems.append(
+                f"{key}: {namespace} is where the stack runs {FIXED_NAMESPACES[namespace]}; pick another"
+            )
+    if settings.serving.namespace == settings.kuberay.namespace:
+        problems.append(
+            f"{project}:serving.namespace and {project}:kuberay.namespace are both "
+            f"{settings.serving.namespace}: each gets its own Pod Security level and network policies (the "
+            "GPU workers need more than the operator may have), so they need a namespace each"
+        )
     return problems
 
 

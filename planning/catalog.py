@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from config import ConfigError
 from config.base import InstanceSpec
 
 
@@ -224,14 +225,48 @@ def lookup(name: str, described: InstanceSpec | None = None) -> InstanceType | N
     return CATALOG.get(name)
 
 
+SPEC_FIELDS = {"vcpu": "vcpu", "memory_gib": "memoryGib", "gpus": "gpus", "efa_interfaces": "efaInterfaces"}
+"""What `instanceSpec` states that EC2 also describes, in the stack file's spelling."""
+GPU_MEMORY_TOLERANCE = 0.05
+"""The driver reports a little more or less GPU memory than EC2's figure (L4: 23034 MiB by nvidia-smi,
+22888 MiB by EC2); a difference beyond this is a different GPU, or MiB written as GiB."""
+
+
+def spec_differences(described: InstanceSpec, ec2: Ec2InstanceType) -> list[tuple[str, object, object]]:
+    """(key, the stack file's figure, EC2's) for every figure where the two disagree."""
+    theirs, _ = from_ec2(ec2, None)
+    found = [
+        (key, getattr(described, field), getattr(theirs, field))
+        for field, key in SPEC_FIELDS.items()
+        if getattr(described, field) != getattr(theirs, field)
+    ]
+    ec2_gib = ec2.gpu_memory_mib / 1024
+    if described.gpus and abs(described.gpu_memory_gib - ec2_gib) > GPU_MEMORY_TOLERANCE * max(ec2_gib, 1):
+        found.append(("gpuMemoryGib", described.gpu_memory_gib, round(ec2_gib, 2)))
+    return found
+
+
 def resolve(
-    name: str, described: InstanceSpec | None, ec2: Ec2InstanceType | None
+    name: str, described: InstanceSpec | None, ec2: Ec2InstanceType | None, key: str = "instanceSpec"
 ) -> tuple[InstanceType | None, list[str]]:
-    """The stack file's description wins; else EC2's answer (at preview and up) merged with the
-    catalog; else (offline) the catalog. None when nobody knows the type."""
-    if described is not None or ec2 is None:
+    """EC2's answer (at preview and up) merged with the catalog, or with the stack file's description
+    where the catalog does not know the type; offline, the stack file's description, else the catalog.
+    None when nobody knows the type. A description EC2 contradicts is refused (ConfigError naming
+    `key`): EC2 is right about its own types, and a figure it contradicts would size every pod."""
+    if ec2 is None:
         return lookup(name, described), []
-    return from_ec2(ec2, CATALOG.get(name))
+    if described is None:
+        return from_ec2(ec2, CATALOG.get(name))
+    wrong = spec_differences(described, ec2)
+    if wrong:
+        raise ConfigError(
+            [
+                f"{key}.{field}: {ours} contradicts EC2, which describes {name} with {field} {theirs}; "
+                f"correct it, or remove {key} (EC2's description is used where it is absent)"
+                for field, ours, theirs in wrong
+            ]
+        )
+    return from_ec2(ec2, CATALOG.get(name) or lookup(name, described))
 
 
 def known_types(*, gpu: bool, efa: bool | None = None) -> list[str]:

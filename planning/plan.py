@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
+from planning.arns import check_arns
 from planning.capacity import (
     GIB,
     FitReport,
@@ -91,7 +92,9 @@ def default_cluster_name(stack: str) -> str:
 
 def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[InstanceType, list[str]]:
     nodes = settings.gpu_nodes
-    spec, warnings = resolve(nodes.instance_type, nodes.instance_spec, ec2)
+    spec, warnings = resolve(
+        nodes.instance_type, nodes.instance_spec, ec2, f"{PROJECT}:gpuNodes.instanceSpec"
+    )
     if spec is None:
         reason = (
             f"{nodes.instance_type!r} is not in the instance catalog, and offline nobody asks EC2; describe "
@@ -213,7 +216,9 @@ def plan_stack(
     `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
     `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
     ec2 = ec2 or {}
+    arn_warnings = check_arns(settings, account_id)
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
+    warnings += arn_warnings
     model = settings.model
     tp = model.tensor_parallel_size
     if tp > gpu.gpus:
@@ -225,7 +230,10 @@ def plan_stack(
         )
     system_nodes = settings.system_nodes
     system, system_warnings = resolve(
-        system_nodes.instance_type, system_nodes.instance_spec, ec2.get(system_nodes.instance_type)
+        system_nodes.instance_type,
+        system_nodes.instance_spec,
+        ec2.get(system_nodes.instance_type),
+        f"{PROJECT}:systemNodes.instanceSpec",
     )
     warnings += system_warnings
     extended = versions.eks_extended_support(settings.cluster.kubernetes_version)

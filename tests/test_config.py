@@ -267,8 +267,8 @@ class TestNoDeadEnds:
     def test_a_yaml_number_for_a_quantity_is_that_quantity(self):
         head = settings_with("serving", head={"cpuRequest": 2, "cpuLimit": 2.5}).serving.head
         assert (head.cpu_request, head.cpu_limit) == ("2", "2.5")
-        engine = {"aws:region": "sa-east-1", f"{P}:serving": '{"worker": {"shmSize": 8}}'}
-        assert load_settings(engine).serving.worker.shm_size == "8"
+        engine = {"aws:region": "sa-east-1", f"{P}:serving": '{"worker": {"cpu": 8}}'}
+        assert load_settings(engine).serving.worker.cpu == "8"
 
     def test_an_unknown_top_level_key_does_not_hide_the_others(self):
         config = {**stack_file_config("dev"), f"{P}:gpuNode": {}, f"{P}:model": {"maxModelLen": 0}}

@@ -276,7 +276,8 @@ class TestTheLoadBalancer:
             ({"certificateArn": CERT}, "hostname is required with certificateArn"),
             (
                 {**PUBLIC, "certificateArn": CERT.replace("sa-east-1", "us-east-1")},
-                r"endpoint.certificateArn: the certificate is in us-east-1",
+                r"endpoint.certificateArn: arn:aws:acm:us-east-1:\d+:certificate/[0-9a-f-]+ is in us-east-1; "
+                r"it must be in the stack.s region",
             ),
         ],
         ids=["no-ranges", "no-hostname", "other-region"],
