@@ -157,3 +157,22 @@ def test_status_shows_how_long_each_ray_pod_took_to_start_and_to_serve(capsys, k
     code, out, _ = run_status(healthy_cluster(), capsys, "--kubeconfig", str(kubeconfig))
     assert code == 0
     assert re.search(rf"{WORKERS[0]}\s+worker\s+Running\s+yes\s+\S+\s+4m14s\s+8m49s$", out, re.MULTILINE)
+
+
+def test_a_gpu_nodes_zone_comes_from_the_current_label_not_the_deprecated_one():
+    """Kubernetes set both until 1.x; newer kubelets set only topology.kubernetes.io/zone."""
+    from ops.status import parse_gpu_node
+
+    node = {
+        "metadata": {
+            "name": "ip-10-0-1-2",
+            "labels": {
+                "topology.kubernetes.io/zone": "sa-east-1b",
+                "failure-domain.beta.kubernetes.io/zone": "sa-east-1a",
+            },
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": "1", "vpc.amazonaws.com/efa": "1"}},
+    }
+    assert parse_gpu_node(node).zone == "sa-east-1b"
+    del node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    assert parse_gpu_node(node).zone == "?"
