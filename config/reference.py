@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import types
+import typing
 from enum import Enum
 from ipaddress import IPv4Network
 from typing import Any, Literal, Union, get_args, get_origin
@@ -19,6 +20,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from config import base
 from config.settings import PROJECT, REGION_KEY, Settings
 
 HEADER = f"""# Configuration reference
@@ -44,6 +46,17 @@ works.
 
 _NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", IPv4Network: "IPv4 CIDR"}
 _NAMES[SecretStr] = "secret string"
+_NAMED = {
+    id(base.MemoryQuantity): "memory quantity (with its unit: `8Gi`; at least 64Mi)",
+    id(base.CpuQuantity): "CPU quantity (`2`, `500m`)",
+    id(base.Quantity): "Kubernetes quantity",
+    id(base.KmsKeyArn): "KMS key ARN (the stack's region)",
+    id(base.AcmCertificateArn): "ACM certificate ARN (the stack's region and account)",
+    id(base.IamPrincipalArn): "IAM role or user ARN",
+    id(base.BucketName): "S3 bucket name",
+    id(base.Namespace): "namespace (not `default` or `kube-*`)",
+}
+"""The shared value types by what they are (config/base.py), not by the `str` they hold."""
 _BOUNDS = ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"))
 
 
@@ -57,6 +70,8 @@ def _type(annotation: Any) -> str:
         return f"list of {_type(args[0])}"
     if origin is dict:
         return "secret mapping" if args and args[1] is SecretStr else "mapping"
+    if id(annotation) in _NAMED:
+        return _NAMED[id(annotation)]
     if args and hasattr(annotation, "__metadata__"):  # Annotated[str, ...]
         return _type(args[0])
     return _NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
@@ -104,6 +119,7 @@ def _nested(field: FieldInfo) -> type[BaseModel] | None:
 
 def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
     rows = []
+    declared = typing.get_type_hints(model, include_extras=True)  # the Annotated types, as written
     for name, field in model.model_fields.items():
         key = prefix + (field.alias or name)
         nested = _nested(field)
@@ -111,7 +127,7 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
             rows += _rows(nested, f"{key}.")
             continue
         description = " ".join((field.description or "").split()).replace("|", "\\|")
-        kind = _type(field.annotation) + _bounds(field)
+        kind = _type(declared.get(name, field.annotation)) + _bounds(field)
         rows.append(f"| `{key}` | {kind} | {_default(field)} | {description} |")
     return rows
 
