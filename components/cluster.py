@@ -269,9 +269,7 @@ class Cluster(pulumi.ComponentResource):
             or None,
             endpoint_private_access=True,
             endpoint_public_access=config.endpoint_public_access,
-            public_access_cidrs=[str(c) for c in config.public_access_cidrs]
-            if config.endpoint_public_access
-            else None,
+            public_access_cidrs=[str(c) for c in config.public_access_cidrs or []] or None,
             encryption_config_key_arn=key_arn,
             enabled_cluster_log_types=list(config.log_types),
             # Without a default node group pulumi-eks creates no coredns add-on anyway; say so, since

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipaddress import IPv4Network
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from config import versions
 from config.base import IamPrincipalArn, InstanceSpec, KmsKeyArn, StrictModel, never_public
@@ -35,11 +35,14 @@ class ClusterConfig(StrictModel):
         description="Expose the API endpoint publicly (restricted by `publicAccessCidrs`). The private "
         "endpoint is always on, so nodes talk to the API inside the VPC.",
     )
-    public_access_cidrs: list[IPv4Network] = Field(
-        [IPv4Network("0.0.0.0/0")],
+    public_access_cidrs: list[IPv4Network] | None = Field(
+        None,
         min_length=1,
-        description="Who may reach the public API endpoint. Requests are still authenticated by IAM; "
-        "narrow this to your office or CI egress ranges outside dev.",
+        description="Who may reach the public API endpoint: required with `endpointPublicAccess: true`, so "
+        "exposing the API is a choice the stack file writes out. Your own egress range (`curl -s "
+        "https://checkip.amazonaws.com` gives your address; add `/32`), your CI's, or `0.0.0.0/0` for "
+        "everyone, which preview warns about (CIS EKS 5.4). Requests are still authenticated by IAM; "
+        "whoever runs `pulumi up` must be inside it.",
     )
     admin_principal_arns: list[IamPrincipalArn] = Field(
         [],
@@ -92,8 +95,17 @@ class ClusterConfig(StrictModel):
 
     @field_validator("public_access_cidrs")
     @classmethod
-    def _public_ranges(cls, value: list[IPv4Network]) -> list[IPv4Network]:
-        private = never_public(value)
+    def _public_ranges(
+        cls, value: list[IPv4Network] | None, info: ValidationInfo
+    ) -> list[IPv4Network] | None:
+        if value is None and info.data.get("endpoint_public_access", True):
+            raise ValueError(
+                "required with endpointPublicAccess: true: name who may reach the API endpoint, e.g. your "
+                "address (`curl -s https://checkip.amazonaws.com`, plus /32) and your CI's, or write "
+                "['0.0.0.0/0'] to mean everyone; or set endpointPublicAccess: false and run `pulumi up` "
+                "from inside the VPC"
+            )
+        private = never_public(value or [])
         if private:
             raise ValueError(
                 f"{private} are private ranges; the public endpoint sees the public address a request comes "
@@ -104,9 +116,8 @@ class ClusterConfig(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _cidrs_need_public_endpoint(self) -> ClusterConfig:
-        open_world = [IPv4Network("0.0.0.0/0")]
-        if not self.endpoint_public_access and self.public_access_cidrs != open_world:
+    def _public_endpoint_is_a_choice(self) -> ClusterConfig:
+        if not self.endpoint_public_access and self.public_access_cidrs is not None:
             raise ValueError(
                 "publicAccessCidrs only applies with endpointPublicAccess: true; remove it or enable "
                 "the public endpoint"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from config.autoscaling import AutoscalingConfig
 from config.base import StrictModel
@@ -211,6 +211,9 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
         problems.append(f"{REGION_KEY}: not set; run `pulumi config set aws:region <region>`")
         region = "us-east-1"  # a stand-in, so the sections are still checked
     data["region"] = region
+    for name in sections:  # an absent section is all defaults, and its errors name its keys
+        if name not in data and name not in SECRET_KEYS:
+            data[name] = {}
     try:
         settings = Settings.model_validate(data)
     except ValidationError as error:
@@ -258,10 +261,23 @@ _NO_INPUT_SHOWN = {"value_error", "assertion_error", "missing"}
 """Error types whose message says it all (our validators) or whose input is the enclosing object."""
 
 
+def _field_aliases(model: type[BaseModel], found: dict[str, str] | None = None) -> dict[str, str]:
+    """Every config model's attribute name -> its stack-file key (`public_access_cidrs` ->
+    `publicAccessCidrs`): pydantic locates an error in a default value by the attribute's name."""
+    found = {} if found is None else found
+    for name, field in model.model_fields.items():
+        found[name] = field.alias or name
+        for kind in (field.annotation, *get_args(field.annotation)):
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and kind is not model:
+                _field_aliases(kind, found)
+    return found
+
+
 def _describe(error: ValidationError, project: str) -> list[str]:
     problems = []
+    aliases = _field_aliases(Settings)
     for item in error.errors(include_url=False):
-        loc = [str(part) for part in item["loc"]]
+        loc = [aliases.get(part, part) if isinstance(part, str) else str(part) for part in item["loc"]]
         if loc and loc[0] == "region":
             key = REGION_KEY
         elif loc:

@@ -32,6 +32,7 @@ from planning.capacity import (
     worker_share,
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
+from planning.exposure import exposure_warnings
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
@@ -216,7 +217,7 @@ def plan_stack(
     `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
     `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
     ec2 = ec2 or {}
-    arn_warnings = check_arns(settings, account_id)
+    arn_warnings = check_arns(settings, account_id) + exposure_warnings(settings)
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
     warnings += arn_warnings
     model = settings.model

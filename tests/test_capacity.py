@@ -11,6 +11,7 @@ from config.serving import ModelConfig, WorkerConfig
 from planning import plan_stack
 from planning.capacity import KNOWN_MODELS, fit_report, pods_per_node, worker_resources
 from planning.catalog import CATALOG, known_types
+from tests.fakes.pulumi import minimal_config
 
 P = "ray-llm-eks"
 
@@ -84,7 +85,7 @@ def test_worker_memory_must_leave_page_cache_for_the_checkpoint():
 
 
 def test_fit_check_runs_before_any_resource():
-    config = {"aws:region": "sa-east-1", f"{P}:model": {"maxModelLen": 1_000_000}}
+    config = {**minimal_config("sa-east-1"), f"{P}:model": {"maxModelLen": 1_000_000}}
     with pytest.raises(ConfigError, match="ray-llm-eks:model: model does not fit"):
         plan_stack(load_settings(config), stack="dev")
 

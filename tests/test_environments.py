@@ -3,9 +3,9 @@ same account and region, sharing no physical name with it; an explicit name stil
 
 from __future__ import annotations
 
-from tests.fakes.pulumi import StackRun, run_stack
+from tests.fakes.pulumi import StackRun, minimal_config, run_stack
 
-MINIMAL = {"aws:region": "sa-east-1"}
+MINIMAL = minimal_config("sa-east-1")
 
 
 def physical_names(run: StackRun) -> set[str]:
@@ -30,7 +30,7 @@ def test_a_region_only_stack_file_shares_no_physical_name_with_dev(dev_stack: St
 
 def test_an_explicit_cluster_name_wins(dev_stack: StackRun):
     assert dev_stack.exports["clusterName"] == "ray-llm-multinode"
-    run = run_stack(config={**MINIMAL, "ray-llm-eks:cluster": {"name": "team-a"}}, stack="staging")
+    run = run_stack(config=minimal_config("sa-east-1", cluster={"name": "team-a"}), stack="staging")
     assert run.exports["clusterName"] == "team-a"
     assert run.one("aws:cloudwatch/logGroup:LogGroup").inputs["name"] == "/aws/eks/team-a/cluster"
 

@@ -15,7 +15,7 @@ import yaml
 from config import ConfigError, load_settings
 from planning import plan_stack
 from planning.catalog import Ec2InstanceType
-from tests.fakes.pulumi import EC2_INSTANCE_TYPES, AwsState, StackRun, run_stack
+from tests.fakes.pulumi import EC2_INSTANCE_TYPES, AwsState, StackRun, minimal_config, run_stack
 from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 P = "ray-llm-eks"
@@ -51,7 +51,7 @@ CLASSES = [
 def stack_for(instance_type: str, tp: int, **gpu_nodes: Any) -> StackRun:
     return run_stack(
         config={
-            "aws:region": REGION,
+            **minimal_config(REGION),
             f"{P}:gpuNodes": {"instanceType": instance_type, **gpu_nodes},
             f"{P}:model": {"tensorParallelSize": tp},
         },
@@ -105,10 +105,15 @@ def test_idle_gpus_can_be_accepted_and_preview_still_says_so():
     _, container = worker(run)
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     settings = load_settings(
-        {"aws:region": REGION, f"{P}:gpuNodes": {"instanceType": "g6.12xlarge", "acceptIdleGpus": True}}
+        {**minimal_config(REGION), f"{P}:gpuNodes": {"instanceType": "g6.12xlarge", "acceptIdleGpus": True}}
     )
-    (warning,) = plan_stack(settings, stack="hw").warnings
+    (warning,) = hardware_warnings(plan_stack(settings, stack="hw"))
     assert "3 of its 4 GPUs sit idle" in warning and "tensorParallelSize 4" in warning
+
+
+def hardware_warnings(plan: Any) -> list[str]:
+    """The plan's warnings about the hardware (not what the stack exposes: planning/exposure.py)."""
+    return [w for w in plan.warnings if ":endpoint" not in w and "publicAccessCidrs" not in w]
 
 
 def ec2_answer(name: str, **changes: Any) -> Ec2InstanceType:
@@ -128,14 +133,14 @@ def ec2_answer(name: str, **changes: Any) -> Ec2InstanceType:
 
 
 def test_ec2_wins_over_the_catalog_and_a_disagreement_warns():
-    settings = load_settings({"aws:region": REGION})
+    settings = load_settings(minimal_config(REGION))
     agreeing = plan_stack(settings, stack="hw", ec2={"g6.8xlarge": ec2_answer("g6.8xlarge")})
-    assert agreeing.warnings == () and agreeing.gpu.origin == "EC2"
+    assert hardware_warnings(agreeing) == [] and agreeing.gpu.origin == "EC2"
     assert agreeing.gpu.local_nvme_gb == 900
     assert agreeing.gpu.gpu_memory_gib == 22.49  # the driver's figure, which EC2 does not give
     newer = plan_stack(settings, stack="hw", ec2={"g6.8xlarge": ec2_answer("g6.8xlarge", vcpus=48)})
     assert newer.gpu.vcpu == 48 and newer.worker.cpu == "45"
-    (warning,) = newer.warnings
+    (warning,) = hardware_warnings(newer)
     assert "planning/catalog.py says vcpu 32, EC2 says 48" in warning
 
 
@@ -151,7 +156,7 @@ def test_a_type_ec2_knows_and_the_catalog_does_not_works_without_a_code_change()
     }
     run = run_stack(
         config={
-            "aws:region": REGION,
+            **minimal_config(REGION),
             f"{P}:gpuNodes": {"instanceType": "p9.48xlarge"},
             f"{P}:model": {"tensorParallelSize": 8},
         },

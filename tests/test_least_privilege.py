@@ -11,7 +11,7 @@ import pytest
 
 from components.cluster import encrypted_root_volume
 from config import ConfigError
-from tests.fakes.pulumi import StackRun, run_stack
+from tests.fakes.pulumi import StackRun, minimal_config, run_stack
 from tests.validators import pod_errors
 
 CLUSTER = "eks:index:Cluster"
@@ -147,7 +147,7 @@ class TestWorkerPrivileges:
         serving = {"serving": {"worker": {"privileges": privileges}}} if privileges else {}
         run = run_stack(
             config={
-                "aws:region": "us-east-1",
+                **minimal_config("us-east-1"),
                 "ray-llm-eks:gpuNodes": {"instanceType": instance_type},
                 "ray-llm-eks:model": {"tensorParallelSize": tp},
                 **{f"ray-llm-eks:{k}": v for k, v in serving.items()},

@@ -13,7 +13,7 @@ import yaml
 from ops.cli import main
 from ops.render import KEY_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
-from tests.fakes.pulumi import ROOT, STACKS, run_stack
+from tests.fakes.pulumi import ROOT, STACKS, minimal_config, run_stack
 
 ENDPOINT_KINDS = (
     "GatewayClass",
@@ -134,7 +134,7 @@ def test_render_of_a_bad_config_exits_2_and_names_the_key(tmp_path, capsys):
 
 
 def test_render_of_a_missing_stack_file_exits_2_and_lists_the_stacks(tmp_path, capsys):
-    _write_stack(tmp_path, "staging", {"aws:region": "sa-east-1"})
+    _write_stack(tmp_path, "staging", minimal_config("sa-east-1"))
 
     code, out, err = render(capsys, "--stack", "prod", "--root", str(tmp_path))
 
@@ -157,7 +157,9 @@ def test_render_without_a_region_exits_2_naming_aws_region(tmp_path, capsys):
 
 def test_render_says_what_preview_would_warn_about(tmp_path, capsys):
     _write_stack(
-        tmp_path, "w", {"aws:region": "sa-east-1", "ray-llm-eks:systemNodes": {"instanceType": "m8g.xlarge"}}
+        tmp_path,
+        "w",
+        {**minimal_config("sa-east-1"), "ray-llm-eks:systemNodes": {"instanceType": "m8g.xlarge"}},
     )
     code, out, err = render(capsys, "--stack", "w", "--root", str(tmp_path))
     assert code == 0 and out.startswith("---")

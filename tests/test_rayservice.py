@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from manifests.rayservice import RayServiceManifest
 from manifests.serve_app import ServeConfig
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, run_stack
+from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack
 from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -308,7 +308,7 @@ class TestServingVariants:
     def test_gpudirect_rdma_only_where_the_hardware_has_it(self):
         run = run_stack(
             overrides={"gpuNodes": {"instanceType": "p5.48xlarge", "desiredSize": 1, "minSize": 1}},
-            config={"aws:region": "us-east-1"},
+            config=minimal_config("us-east-1"),
         )
         env = {
             e["name"]: e.get("value")

@@ -13,7 +13,15 @@ import pytest
 
 from config import ConfigError
 from tests.fakes import pulumi as harness
-from tests.fakes.pulumi import STACKS, Registration, Secret, StackRun, run_stack
+from tests.fakes.pulumi import (
+    STACKS,
+    Registration,
+    Secret,
+    StackRun,
+    minimal_config,
+    run_stack,
+    stack_file_config,
+)
 
 CLUSTER = "eks:index:Cluster"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
@@ -265,7 +273,8 @@ class TestSecureDefaults:
         assert run.one(CLUSTER).inputs["publicAccessCidrs"] == ["198.51.100.0/24"]
 
     def test_private_only_endpoint(self):
-        run = run_stack(overrides={"cluster": {"endpointPublicAccess": False}})
+        private = {**stack_file_config(), "ray-llm-eks:cluster": {"endpointPublicAccess": False}}
+        run = run_stack(config=private)
         cluster = run.one(CLUSTER).inputs
         assert cluster["endpointPublicAccess"] is False
         assert "publicAccessCidrs" not in cluster
@@ -398,11 +407,11 @@ class TestCoreAddonsAndPartitions:
     def test_arns_name_the_regions_partition(self, region: str, partition: str):
         viewer = f"arn:{partition}:iam::123456789012:role/viewer"
         run = run_stack(
-            config={
-                "aws:region": region,
-                "ray-llm-eks:cluster": {"viewerPrincipalArns": [viewer]},
-                "ray-llm-eks:serving": {"image": "registry.example.com/ray:serve-llm-cuda-v1.0"},
-            },
+            config=minimal_config(
+                region,
+                cluster={"viewerPrincipalArns": [viewer]},
+                serving={"image": "registry.example.com/ray:serve-llm-cuda-v1.0"},
+            ),
             stack="far",
             offerings={region: {"g6.8xlarge": [f"{region}a", f"{region}b"]}},
         )

@@ -21,7 +21,7 @@ from planning.zones import (
     plan_subnets,
     plan_zones,
 )
-from tests.fakes.pulumi import StackRun, deployed, run_stack, stack_file_config
+from tests.fakes.pulumi import StackRun, deployed, minimal_config, run_stack, stack_file_config
 
 P = "ray-llm-eks"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -83,7 +83,7 @@ class TestFirstUp:
 
     def test_at_most_max_availability_zones(self):
         offered = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
-        s = load_settings({"aws:region": "us-east-1", f"{P}:network": {"maxAvailabilityZones": 2}})
+        s = load_settings({**minimal_config("us-east-1"), f"{P}:network": {"maxAvailabilityZones": 2}})
         assert plan_zones(s, offered).cluster_zones == ("us-east-1a", "us-east-1b")
 
     def test_configured_gpu_zone_that_does_not_offer_the_type_is_an_error(self):

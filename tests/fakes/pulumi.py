@@ -384,6 +384,21 @@ class StackRun:
         return chain
 
 
+YOUR_ADDRESS = "1.2.3.4/32"
+"""Who may reach the API endpoint in a minimal stack file."""
+
+
+def minimal_config(region: str, **sections: dict[str, Any]) -> dict[str, Any]:
+    """The least a stack file must say: its region, and who may reach the public API endpoint."""
+    config: dict[str, Any] = {
+        "aws:region": region,
+        f"{PROJECT}:cluster": {"publicAccessCidrs": [YOUR_ADDRESS]},
+    }
+    for section, values in sections.items():
+        config[f"{PROJECT}:{section}"] = {**config.get(f"{PROJECT}:{section}", {}), **values}
+    return config
+
+
 def stack_file_config(stack: str = "dev") -> dict[str, Any]:
     """A stack file's config as YAML values (what `ops render` reads)."""
     return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
