@@ -47,6 +47,7 @@ from manifests.endpoint import build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.observability import build_observability
+from manifests.pod_identity import cluster_arn
 from manifests.rayservice import build_serving
 from manifests.serving_network import serving_policies
 from planning import plan_stack
@@ -147,6 +148,12 @@ def main() -> None:
     for message in (*plan.warnings, *zones.warnings, *key_warnings):
         pulumi.log.warn(message)
 
+    # Who may hand the stack's Pod Identity roles to pods: this account's EKS, for this cluster.
+    trust = (
+        caller.account_id,
+        cluster_arn(partition_of(settings.region), settings.region, caller.account_id, plan.cluster_name),
+    )
+
     CostEstimate(
         "cost",
         queries=price_queries(settings),
@@ -192,6 +199,7 @@ def main() -> None:
             chart=cluster_autoscaler_chart(settings, cluster_name=plan.cluster_name),
             cluster_name=cluster.cluster_name,
             plain_cluster_name=plan.cluster_name,
+            pod_identity_trust=trust,
             partition=partition_of(settings.region),
             provider=cluster.provider,
             after=[cluster.system_node_group, cluster.pod_identity_agent, gpu_nodes.node_group],
@@ -214,6 +222,7 @@ def main() -> None:
             plan=plan.model_cache,
             force_destroy=settings.model_cache.force_destroy,
             cluster_name=cluster.cluster_name,
+            pod_identity_trust=trust,
             namespace=settings.serving.namespace,
             readers=RAY_SERVICE_ACCOUNT,
             writers=COPY_SERVICE_ACCOUNT,
@@ -249,6 +258,7 @@ def main() -> None:
             "load-balancer-controller",
             chart=load_balancer_controller(settings, cluster_name=plan.cluster_name),
             cluster_name=cluster.cluster_name,
+            pod_identity_trust=trust,
             vpc_id=network.vpc_id,
             region=settings.region,
             partition=partition_of(settings.region),
@@ -274,6 +284,7 @@ def main() -> None:
             "observability",
             manifests=build_observability(settings),
             cluster_name=cluster.cluster_name,
+            pod_identity_trust=trust,
             kubernetes_version=settings.cluster.kubernetes_version,
             partition=partition_of(settings.region),
             provider=cluster.provider,

@@ -96,7 +96,8 @@ def encrypted_root_volume(
     """pulumi-eks builds a managed node group's launch template itself (IMDSv2, EFA) with only the root
     volume's size (nodes/nodegroup.ts: `ebs: {volumeSize}` on /dev/xvda); it takes no encryption
     option, and a launch template of our own is refused together with EFA. So this transform completes
-    the root volume of the template it creates: gp3, encrypted with the stack's key."""
+    the root volume of the template it creates: gp3, encrypted with the stack's key; and sets its
+    instance metadata hop limit to 1."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         if args.type_ != "aws:ec2/launchTemplate:LaunchTemplate":
@@ -111,8 +112,15 @@ def encrypted_root_volume(
         mappings = (
             complete(given) if isinstance(given, list) else pulumi.Output.from_input(given).apply(complete)
         )
+        # One hop: only the node itself (and hostNetwork pods) reach IMDS, never a pod behind the CNI,
+        # whatever namespace or network policy it has (pulumi-eks hard-codes 2; IMDSv2 stays required).
+        metadata = {
+            **(args.props.get("metadataOptions") or {}),
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+        }
         return pulumi.ResourceTransformResult(
-            props={**args.props, "blockDeviceMappings": mappings}, opts=args.opts
+            props={**args.props, "blockDeviceMappings": mappings, "metadataOptions": metadata}, opts=args.opts
         )
 
     return transform

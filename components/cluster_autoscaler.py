@@ -29,6 +29,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         *,
         chart: HelmChart,
         cluster_name: pulumi.Input[str],
+        pod_identity_trust: tuple[str, str],
         plain_cluster_name: str,
         partition: str,
         provider: k8s.Provider,
@@ -42,6 +43,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         identity = PodIdentity(
             f"{name}-role",
             cluster_name=cluster_name,
+            trust=pod_identity_trust,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
             policy=json.dumps(cluster_autoscaler_policy(partition, plain_cluster_name)),

@@ -43,6 +43,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         *,
         chart: HelmChart,
         cluster_name: pulumi.Input[str],
+        pod_identity_trust: tuple[str, str],
         vpc_id: pulumi.Input[str],
         region: str,
         partition: str,
@@ -61,6 +62,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         identity = PodIdentity(
             f"{name}-role",
             cluster_name=cluster_name,
+            trust=pod_identity_trust,
             namespace=CONTROLLER_NAMESPACE,
             service_account=CONTROLLER_SERVICE_ACCOUNT,
             policy=vpc_arn.apply(lambda arn: json.dumps(controller_policy(partition, arn))),

@@ -53,6 +53,7 @@ class ModelCache(pulumi.ComponentResource):
         plan: ModelCachePlan,
         force_destroy: bool,
         cluster_name: pulumi.Input[str],
+        pod_identity_trust: tuple[str, str],
         namespace: str,
         readers: str,
         writers: str,
@@ -124,6 +125,7 @@ class ModelCache(pulumi.ComponentResource):
                 PodIdentity(
                     f"{name}-{role_name}",
                     cluster_name=cluster_name,
+                    trust=pod_identity_trust,
                     namespace=namespace,
                     service_account=service_account,
                     policy=prefix_policy(partition, plan.bucket, plan.prefix, actions),

@@ -45,6 +45,7 @@ class Observability(pulumi.ComponentResource):
         *,
         manifests: ObservabilityManifests,
         cluster_name: pulumi.Input[str],
+        pod_identity_trust: tuple[str, str],
         kubernetes_version: str,
         partition: str,
         provider: k8s.Provider,
@@ -68,6 +69,7 @@ class Observability(pulumi.ComponentResource):
         identity = PodIdentity(
             f"{name}-ebs-csi",
             cluster_name=None,
+            trust=pod_identity_trust,
             namespace="kube-system",
             service_account=EBS_CSI_SERVICE_ACCOUNT,
             managed_policy_arns=[f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}"],

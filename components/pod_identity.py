@@ -12,31 +12,19 @@ depends on it: on the role, every policy and attachment, and the association at 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
 
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
-POD_IDENTITY_TRUST = json.dumps(
-    {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
-            }
-        ],
-    }
-)
+from manifests.pod_identity import trust_policy
 
 
 class PodIdentity(pulumi.ComponentResource):
     """The role with its inline `policy` and/or `managed_policy_arns`, and the association (none when
-    `cluster_name` is None: an EKS add-on then associates the role itself). Depend on the component:
-    that covers every part of it."""
+    `cluster_name` is None: an EKS add-on then associates the role itself). `trust`: (account, cluster
+    ARN) the role may be assumed for (manifests/pod_identity.py). Depend on the component: that covers
+    every part of it."""
 
     role: aws.iam.Role
 
@@ -45,6 +33,7 @@ class PodIdentity(pulumi.ComponentResource):
         name: str,
         *,
         cluster_name: pulumi.Input[str] | None,
+        trust: tuple[str, str],
         namespace: str,
         service_account: str,
         description: str,
@@ -56,8 +45,14 @@ class PodIdentity(pulumi.ComponentResource):
         # Its parts were the workload's component's children before this component existed.
         before = [pulumi.Alias(parent=opts.parent)] if opts and opts.parent else []
         child = pulumi.ResourceOptions(parent=self, aliases=before)
+        account_id, cluster = trust
         self.role = aws.iam.Role(
-            name, assume_role_policy=POD_IDENTITY_TRUST, description=description, opts=child
+            name,
+            assume_role_policy=trust_policy(
+                account_id=account_id, cluster=cluster, namespace=namespace, service_account=service_account
+            ),
+            description=description,
+            opts=child,
         )
         if policy is not None:
             aws.iam.RolePolicy(name, role=self.role.name, policy=policy, opts=child)

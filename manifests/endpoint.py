@@ -573,7 +573,9 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
                         target_port=ENVOY_CONTAINER_PORT,
                     )
                 ],
-                load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or None,
+                # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
+                load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges]
+                or [str(settings.network.vpc_cidr)],
             ),
         ),
         parked_response=HTTPRouteFilter(

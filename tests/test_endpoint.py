@@ -236,7 +236,8 @@ class TestTheLoadBalancer:
         )
         assert not any("ssl" in key for key in annotations)
         assert spec["ports"] == [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 10080}]
-        assert "loadBalancerSourceRanges" not in spec
+        # The VPC only: an empty list would have the controller open the NLB to 0.0.0.0/0.
+        assert spec["loadBalancerSourceRanges"] == ["10.0.0.0/16"]
 
     def test_selects_the_envoy_pods_envoy_gateway_runs_for_our_gateway(self, dev_stack):
         assert load_balancer(dev_stack).inputs["spec"]["selector"] == {
