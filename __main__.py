@@ -171,6 +171,7 @@ def main() -> None:
             stack_id
         ),
         region=settings.region,
+        account_id=caller.account_id,
     )
     cluster = Cluster(
         "cluster",

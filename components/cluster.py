@@ -114,8 +114,9 @@ def encrypted_root_volume(
         )
         # One hop: only the node itself (and hostNetwork pods) reach IMDS, never a pod behind the CNI,
         # whatever namespace or network policy it has (pulumi-eks hard-codes 2; IMDSv2 stays required).
+        given_metadata = args.props.get("metadataOptions")
         metadata = {
-            **(args.props.get("metadataOptions") or {}),
+            **(given_metadata if isinstance(given_metadata, dict) else {}),
             "httpTokens": "required",
             "httpPutResponseHopLimit": 1,
         }

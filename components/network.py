@@ -9,6 +9,8 @@ import pulumi
 import pulumi_aws as aws
 
 from config.network import NetworkConfig
+from manifests.flow_logs import delivery_policy, delivery_trust, flow_log_group_name
+from planning.access import partition_of
 from planning.zones import plan_subnets
 
 
@@ -31,6 +33,7 @@ class Network(pulumi.ComponentResource):
         cluster_name: str,
         record: dict[str, str],
         region: str,
+        account_id: str,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zones`: zones of the subnets (the GPU zone among them); `cluster_name`: for the
@@ -127,6 +130,9 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
+        if config.flow_logs.enabled:
+            self._flow_logs(name, vpc, cluster_name, config.flow_logs.retention_days, region, account_id)
+
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*private_ids).apply(list)
         self.public_subnet_ids = pulumi.Output.all(*public_ids).apply(list)
@@ -136,4 +142,43 @@ class Network(pulumi.ComponentResource):
                 "privateSubnetIds": self.private_subnet_ids,
                 "publicSubnetIds": self.public_subnet_ids,
             }
+        )
+
+    def _flow_logs(
+        self,
+        name: str,
+        vpc: aws.ec2.Vpc,
+        cluster_name: str,
+        retention_days: int,
+        region: str,
+        account_id: str,
+    ) -> None:
+        """Every ENI's traffic, accepted and rejected, to a log group with retention, through a role only
+        the VPC Flow Logs service of this account may assume (manifests/flow_logs.py)."""
+        child = pulumi.ResourceOptions(parent=self)
+        partition = partition_of(region)
+        group = aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs",
+            name=flow_log_group_name(cluster_name),
+            retention_in_days=retention_days,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-flow-logs",
+            assume_role_policy=delivery_trust(partition, region, account_id),
+            description=f"VPC flow logs of {cluster_name} to CloudWatch Logs",
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-flow-logs", role=role.name, policy=group.arn.apply(delivery_policy), opts=child
+        )
+        aws.ec2.FlowLog(
+            f"{name}-flow-logs",
+            vpc_id=vpc.id,
+            traffic_type="ALL",
+            log_destination_type="cloud-watch-logs",
+            log_destination=group.arn,
+            iam_role_arn=role.arn,
+            max_aggregation_interval=600,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[policy])),
         )

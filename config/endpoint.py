@@ -48,8 +48,8 @@ class EndpointConfig(StrictModel):
         [],
         description="Who may connect (the NLB security group's inbound rules, Kubernetes "
         "`loadBalancerSourceRanges`). Required when internet-facing (write 0.0.0.0/0 to mean everyone). "
-        "Unset for internal: the VPC's own range (`network.vpcCidr`); add the ranges of peered networks, VPNs "
-        "or Transit Gateway attachments that should reach it.",
+        "Unset for internal: the VPC's own range (`network.vpcCidr`); add the ranges of peered networks, "
+        "VPNs or Transit Gateway attachments that should reach it.",
     )
     certificate_arn: AcmCertificateArn | None = Field(
         None,

@@ -12,6 +12,19 @@ from config.base import StrictModel
 AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
 
 
+class FlowLogsConfig(StrictModel):
+    """VPC flow logs to CloudWatch Logs (Security Hub EC2.6): who talked to whom, accepted or rejected."""
+
+    enabled: bool = Field(
+        False,
+        description="Record the VPC's traffic (every ENI, accepted and rejected) in the log group "
+        "`/aws/vpc/<cluster>/flow-logs`. CloudWatch bills ingestion per GB; the prod example turns it on.",
+    )
+    retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = Field(
+        90, description="How long the flow log group keeps records."
+    )
+
+
 class NetworkConfig(StrictModel):
     """The VPC the cluster lives in: private subnets for every node, egress through NAT."""
 
@@ -36,6 +49,7 @@ class NetworkConfig(StrictModel):
     max_availability_zones: int = Field(
         3, ge=2, le=3, description="With `availabilityZones` unset, on the first `up`: how many zones."
     )
+    flow_logs: FlowLogsConfig = Field(default_factory=FlowLogsConfig)  # type: ignore[arg-type]
 
     @field_validator("vpc_cidr")
     @classmethod

@@ -278,7 +278,12 @@ class StackMocks(pulumi_mocks.Mocks):
             # As the provider: `length` characters, new ones whenever a keeper changes.
             seed = f"{args.name}-{json.dumps(args.inputs.get('keepers'), sort_keys=True)}"
             outputs["result"] = hashlib.sha256(seed.encode()).hexdigest()[: int(args.inputs["length"])]
-        elif args.typ in ("aws:iam/role:Role", "aws:kms/key:Key", "aws:s3/bucket:Bucket"):
+        elif args.typ in (
+            "aws:iam/role:Role",
+            "aws:kms/key:Key",
+            "aws:s3/bucket:Bucket",
+            "aws:cloudwatch/logGroup:LogGroup",
+        ):
             outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
         return mock_id(args.typ, args.name), outputs
 

@@ -1,0 +1,117 @@
+"""The independent security review's findings, each pinned: the API endpoint's exposure is a choice the
+stack file writes out, Pod Identity roles trust only this cluster's pods of one service account, IMDS is
+one hop from the nodes, VPC flow logs, and API keys never cross a network unannounced."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from config import ConfigError
+from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack
+
+ROLE = "aws:iam/role:Role"
+ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+IDENTITY = "ray-llm-eks:pod_identity:PodIdentity"
+ACCOUNT = "123456789012"
+CERT_ID = "12345678-1234-1234-1234-123456789012"
+
+
+def trust_of(run: StackRun, role_name: str) -> dict:
+    (statement,) = json.loads(run.one(ROLE, role_name).inputs["assumeRolePolicy"])["Statement"]
+    return statement
+
+
+class TestPodIdentityTrust:
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_every_role_trusts_only_its_clusters_pods_of_one_service_account(self, stack):
+        run = run_stack(stack=stack)
+        cluster = run.one("eks:index:Cluster").inputs["name"]
+        region = "sa-east-1" if stack == "dev" else "us-east-1"
+        identities = run.of_type(IDENTITY)
+        assert len(identities) >= 4
+        for identity in identities:
+            statement = trust_of(run, identity.name)
+            assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+            assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+            condition = statement["Condition"]
+            assert condition["ArnEquals"] == {
+                "aws:SourceArn": f"arn:aws:eks:{region}:{ACCOUNT}:cluster/{cluster}"
+            }
+            equals = condition["StringEquals"]
+            assert (
+                equals["aws:SourceAccount"] == ACCOUNT
+                and equals["aws:RequestTag/eks-cluster-name"] == cluster
+            )
+            associations = [r for r in run.of_type(ASSOCIATION) if r.parent == identity.urn]
+            for association in associations:  # the EBS CSI add-on makes its own, for the same account
+                assert equals["aws:RequestTag/kubernetes-namespace"] == association.inputs["namespace"]
+                assert (
+                    equals["aws:RequestTag/kubernetes-service-account"]
+                    == association.inputs["serviceAccount"]
+                )
+
+    def test_the_ebs_csi_role_trusts_the_add_ons_service_account(self, dev_stack):
+        equals = trust_of(dev_stack, "observability-ebs-csi")["Condition"]["StringEquals"]
+        assert equals["aws:RequestTag/kubernetes-namespace"] == "kube-system"
+        addon = dev_stack.one("aws:eks/addon:Addon", "observability-ebs-csi")
+        (association,) = addon.inputs["podIdentityAssociations"]
+        assert equals["aws:RequestTag/kubernetes-service-account"] == association["serviceAccount"]
+
+
+class TestTheApiEndpointIsAChoice:
+    def test_a_stack_file_that_does_not_say_who_may_reach_it_is_refused(self):
+        config = minimal_config("sa-east-1")
+        del config["ray-llm-eks:cluster"]
+        with pytest.raises(ConfigError, match=r"ray-llm-eks:cluster.publicAccessCidrs: required"):
+            run_stack(config=config)
+
+    def test_everyone_written_out_is_accepted_and_warned_about(self, dev_stack):
+        assert dev_stack.one("eks:index:Cluster").inputs["publicAccessCidrs"] == ["0.0.0.0/0"]
+        assert any(
+            "0.0.0.0/0: the Kubernetes API endpoint answers the whole internet" in w
+            for w in dev_stack.warnings
+        )
+
+    def test_a_documentation_range_left_in_is_warned_about(self):
+        run = run_stack(stack="prod")
+        assert any("['203.0.113.0/24'] are documentation ranges" in w for w in run.warnings)
+
+    def test_private_only_needs_no_ranges(self):
+        config = minimal_config("sa-east-1", cluster={"endpointPublicAccess": False})
+        del config["ray-llm-eks:cluster"]["publicAccessCidrs"]
+        run = run_stack(config=config)
+        assert run.one("eks:index:Cluster").inputs["endpointPublicAccess"] is False
+
+
+class TestCleartext:
+    def test_keys_over_plain_http_are_a_preview_warning(self, dev_stack):
+        assert any("API keys cross the VPC" in w and "clear text" in w for w in dev_stack.warnings)
+
+    def test_tls_silences_it(self):
+        tls = {
+            "certificateArn": f"arn:aws:acm:sa-east-1:{ACCOUNT}:certificate/{CERT_ID}",
+            "hostname": "llm.example.com",
+        }
+        run = run_stack(overrides={"endpoint": tls})
+        assert not [w for w in run.warnings if "clear text" in w]
+
+
+class TestFlowLogs:
+    def test_prod_records_every_enis_traffic_with_retention(self):
+        run = run_stack(stack="prod")
+        flow = run.one("aws:ec2/flowLog:FlowLog").inputs
+        group = run.one("aws:cloudwatch/logGroup:LogGroup", "network-flow-logs").inputs
+        assert flow["trafficType"] == "ALL" and flow["logDestinationType"] == "cloud-watch-logs"
+        assert group["retentionInDays"] == 90 and group["name"] == "/aws/vpc/ray-llm-prod/flow-logs"
+        statement = trust_of(run, "network-flow-logs")
+        assert statement["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"}
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": ACCOUNT}
+        (grant,) = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "network-flow-logs").inputs["policy"])[
+            "Statement"
+        ]
+        assert all(r.startswith("arn:aws:mock::") for r in grant["Resource"])  # the group's own ARN only
+
+    def test_off_unless_asked_for(self, dev_stack):
+        assert dev_stack.of_type("aws:ec2/flowLog:FlowLog") == []
