@@ -65,7 +65,9 @@ class LoadBalancerController(pulumi.ComponentResource):
             trust=pod_identity_trust,
             namespace=CONTROLLER_NAMESPACE,
             service_account=CONTROLLER_SERVICE_ACCOUNT,
-            policy=vpc_arn.apply(lambda arn: json.dumps(controller_policy(partition, arn))),
+            policy=vpc_arn.apply(
+                lambda arn: json.dumps(controller_policy(partition, arn, chart.values["clusterName"]))
+            ),
             description="AWS Load Balancer Controller (kube-system/aws-load-balancer-controller)",
             opts=child,
         )

@@ -75,19 +75,19 @@ def _statement(actions: list[str], resources: list[str] | str = "*", **condition
     return statement
 
 
-def controller_policy(partition: str, vpc_arn: str) -> dict[str, Any]:
-    """The controller's IAM policy (upstream iam_policy.json v3.5.0), ARNs in `partition`; ingress rule
-    changes on untagged security groups limited to the VPC `vpc_arn`."""
+def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[str, Any]:
+    """The controller's IAM policy (upstream iam_policy.json v3.5.0), narrowed to what this stack uses:
+    ARNs in `partition`; NLBs only (no ALB rules, WAF, Shield or Cognito, which only Ingresses use);
+    every change to a load balancer, target group or security group only where it carries this
+    cluster's tag (`elbv2.k8s.aws/cluster: <cluster_name>`, which the controller sets on all it creates;
+    upstream tests only that the tag exists, so one cluster's controller could change another's); ingress
+    rule changes on untagged security groups limited to the VPC `vpc_arn`."""
     ec2 = f"arn:{partition}:ec2:*:*"
     elb = f"arn:{partition}:elasticloadbalancing:*:*"
-    tagged_by_us = {f"aws:ResourceTag/{CLUSTER_TAG}": "false"}
-    request_tagged = {f"aws:RequestTag/{CLUSTER_TAG}": "false"}
-    retag = {f"aws:RequestTag/{CLUSTER_TAG}": "true", f"aws:ResourceTag/{CLUSTER_TAG}": "false"}
-    load_balancers_and_groups = [
-        f"{elb}:targetgroup/*/*",
-        f"{elb}:loadbalancer/net/*/*",
-        f"{elb}:loadbalancer/app/*/*",
-    ]
+    ours = {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}
+    made_ours = {f"aws:RequestTag/{CLUSTER_TAG}": cluster_name}
+    untagging_request = {f"aws:RequestTag/{CLUSTER_TAG}": "true"}
+    load_balancers_and_groups = [f"{elb}:targetgroup/*/*", f"{elb}:loadbalancer/net/*/*"]
     describe = [
         *(
             f"ec2:{action}"
@@ -137,27 +137,8 @@ def controller_policy(partition: str, vpc_arn: str) -> dict[str, Any]:
                 StringEquals={"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"},
             ),
             _statement(describe),
-            _statement(
-                [
-                    "cognito-idp:DescribeUserPoolClient",
-                    "acm:ListCertificates",
-                    "acm:DescribeCertificate",
-                    "iam:ListServerCertificates",
-                    "iam:GetServerCertificate",
-                    "waf-regional:GetWebACL",
-                    "waf-regional:GetWebACLForResource",
-                    "waf-regional:AssociateWebACL",
-                    "waf-regional:DisassociateWebACL",
-                    "wafv2:GetWebACL",
-                    "wafv2:GetWebACLForResource",
-                    "wafv2:AssociateWebACL",
-                    "wafv2:DisassociateWebACL",
-                    "shield:GetSubscriptionState",
-                    "shield:DescribeProtection",
-                    "shield:CreateProtection",
-                    "shield:DeleteProtection",
-                ]
-            ),
+            # TLS listeners: the certificate the NLB terminates with.
+            _statement(["acm:ListCertificates", "acm:DescribeCertificate"]),
             # Upstream allows this on any security group; its installation guide suggests the VPC.
             _statement(
                 ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
@@ -167,43 +148,40 @@ def controller_policy(partition: str, vpc_arn: str) -> dict[str, Any]:
             _statement(
                 ["ec2:CreateTags"],
                 f"{ec2}:security-group/*",
-                StringEquals={"ec2:CreateAction": "CreateSecurityGroup"},
-                Null=request_tagged,
+                StringEquals={"ec2:CreateAction": "CreateSecurityGroup", **made_ours},
             ),
-            _statement(["ec2:CreateTags", "ec2:DeleteTags"], f"{ec2}:security-group/*", Null=retag),
+            _statement(
+                ["ec2:CreateTags", "ec2:DeleteTags"],
+                f"{ec2}:security-group/*",
+                Null=untagging_request,
+                StringEquals=ours,
+            ),
             _statement(
                 [
                     "ec2:AuthorizeSecurityGroupIngress",
                     "ec2:RevokeSecurityGroupIngress",
                     "ec2:DeleteSecurityGroup",
                 ],
-                Null=tagged_by_us,
+                StringEquals=ours,
             ),
             _statement(
                 ["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"],
-                Null=request_tagged,
+                StringEquals=made_ours,
             ),
             _statement(
-                [
-                    "elasticloadbalancing:CreateListener",
-                    "elasticloadbalancing:DeleteListener",
-                    "elasticloadbalancing:CreateRule",
-                    "elasticloadbalancing:DeleteRule",
-                ]
+                ["elasticloadbalancing:CreateListener", "elasticloadbalancing:DeleteListener"],
+                f"{elb}:loadbalancer/net/*/*",
+                StringEquals=ours,
             ),
             _statement(
                 ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
                 load_balancers_and_groups,
-                Null=retag,
+                Null=untagging_request,
+                StringEquals=ours,
             ),
             _statement(
                 ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
-                [
-                    f"{elb}:listener/net/*/*/*",
-                    f"{elb}:listener/app/*/*/*",
-                    f"{elb}:listener-rule/net/*/*/*",
-                    f"{elb}:listener-rule/app/*/*/*",
-                ],
+                [f"{elb}:listener/net/*/*/*"],
             ),
             _statement(
                 [
@@ -222,29 +200,28 @@ def controller_policy(partition: str, vpc_arn: str) -> dict[str, Any]:
                         "ModifyIpPools",
                     )
                 ],
-                Null=tagged_by_us,
+                StringEquals=ours,
             ),
             _statement(
                 ["elasticloadbalancing:AddTags"],
                 load_balancers_and_groups,
                 StringEquals={
-                    "elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"]
+                    "elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"],
+                    **made_ours,
                 },
-                Null=request_tagged,
             ),
             _statement(
                 ["elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"],
                 f"{elb}:targetgroup/*/*",
+                StringEquals=ours,
             ),
             _statement(
                 [
-                    "elasticloadbalancing:SetWebAcl",
                     "elasticloadbalancing:ModifyListener",
                     "elasticloadbalancing:AddListenerCertificates",
                     "elasticloadbalancing:RemoveListenerCertificates",
-                    "elasticloadbalancing:ModifyRule",
-                    "elasticloadbalancing:SetRulePriorities",
-                ]
+                ],
+                f"{elb}:listener/net/*/*/*",
             ),
         ],
     }

@@ -107,12 +107,24 @@ class TestTheLoadBalancerController:
             dev_stack.one("aws:iam/rolePolicy:RolePolicy", "load-balancer-controller-role").inputs["policy"]
         )
         statements = policy["Statement"]
+        # This cluster's tag value, not merely a cluster tag: another cluster's NLBs are out of reach.
+        ours = {"StringEquals": {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}}
         deletes = [s for s in statements if "elasticloadbalancing:DeleteLoadBalancer" in s["Action"]]
-        assert deletes and all(
-            s["Condition"] == {"Null": {"aws:ResourceTag/elbv2.k8s.aws/cluster": "false"}} for s in deletes
-        )
+        assert deletes and all(s["Condition"] == ours for s in deletes)
         creates = [s for s in statements if "elasticloadbalancing:CreateLoadBalancer" in s["Action"]]
-        assert creates[0]["Condition"] == {"Null": {"aws:RequestTag/elbv2.k8s.aws/cluster": "false"}}
+        assert creates[0]["Condition"] == {
+            "StringEquals": {"aws:RequestTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}
+        }
+        for statement in statements:  # no condition anywhere accepts any cluster's tag
+            assert "false" not in json.dumps(statement.get("Condition", {}))
+        actions = {a for s in statements for a in s["Action"]}
+        # NLB only: nothing that only ALBs and Ingresses use.
+        assert not {
+            a for a in actions if a.split(":")[0] in ("waf-regional", "wafv2", "shield", "cognito-idp")
+        }
+        assert not {"elasticloadbalancing:CreateRule", "elasticloadbalancing:SetWebAcl"} & actions
+        resources = json.dumps([s["Resource"] for s in statements])
+        assert "loadbalancer/app" not in resources
         untagged_rules = next(
             s
             for s in statements
