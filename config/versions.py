@@ -198,13 +198,9 @@ RAY_LLM_IMAGE_TAG = "serve-llm-cuda-v1.0"
 """AWS Ray LLM Deep Learning Container: Ray 2.58.0, vLLM, NIXL, libfabric/EFA, aws-ofi-nccl."""
 
 PYTHON_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
-"""Where the programs of jobs/ run (the serve readiness check, the model copy): Docker's official Python
+"""Where the serve readiness check (jobs/serve_ready.py) runs: Docker's official Python
 image, from ECR Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides
 it for the check."""
-
-MODEL_COPY_PACKAGES = ("huggingface_hub==2.4.0", "hf_xet==1.8.0", "boto3==1.44.8")
-"""What jobs/model_copy.py installs before it runs (from PyPI, over the NAT gateway): Hugging Face's
-client (hf_xet: its fast transfer backend) and the AWS SDK, which reads EKS Pod Identity credentials."""
 
 DLC_REGISTRY_ACCOUNT = "763104351884"
 """The AWS account that publishes Deep Learning Containers to ECR in each region."""
@@ -266,6 +262,5 @@ CHECKED: dict[str, datetime.date] = {
     "RAY_LLM_IMAGE_TAG": datetime.date(2026, 11, 29),
     "RAY_LLM_PUBLIC_IMAGE": datetime.date(2026, 11, 29),
     "PYTHON_IMAGE": datetime.date(2026, 11, 30),
-    "MODEL_COPY_PACKAGES": datetime.date(2026, 11, 30),
 }
 """When each pin was last checked against its source (a bump updates its date)."""

@@ -76,7 +76,7 @@ def copy(
 
 
 def main(env: Mapping[str, str] = os.environ) -> int:
-    import boto3  # pyright: ignore[reportMissingImports]  (installed by the Job before it runs)
+    import boto3  # pyright: ignore[reportMissingImports]  (in the serving image)
     from huggingface_hub import HfApi, snapshot_download  # pyright: ignore[reportMissingImports]
 
     source, revision = env["SOURCE"], env.get("REVISION", "main")

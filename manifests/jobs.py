@@ -8,7 +8,6 @@ Both are named by a hash of what the Job acts on, so the Job runs again exactly 
 from __future__ import annotations
 
 import hashlib
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +37,6 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
 MOUNT = "/program"
 SCRATCH = "/tmp"
 """An emptyDir: the only place a program job writes (besides the volumes it is given)."""
-PACKAGES = f"{SCRATCH}/packages"
 
 
 class JobSpec(K8sModel):
@@ -77,20 +75,10 @@ def program_job(
     service_account: str | None = None,
     volumes: list[Volume] | None = None,
     mounts: list[VolumeMount] | None = None,
-    setup: tuple[str, ...] = (),
 ) -> ProgramJob:
-    """`program`: a file in jobs/, run with python3; `data`: more files beside it (/program/<key>);
-    `setup`: pinned packages pip installs first."""
-    run = f"{MOUNT}/{program}"
-    command = ["python3", run]
-    if setup:
-        # The root filesystem is read-only: packages go to the pod's scratch space.
-        install = " ".join(shlex.quote(p) for p in setup)
-        command = [
-            "sh",
-            "-c",
-            f"pip install --quiet --no-cache-dir --target {PACKAGES} {install} && exec python3 {run}",
-        ]
+    """`program`: a file in jobs/, run with python3 from the image (nothing is installed at run time);
+    `data`: more files beside it (/program/<key>)."""
+    command = ["python3", f"{MOUNT}/{program}"]
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -103,9 +91,8 @@ def program_job(
         command=command,
         env=[
             *env,
-            # As nobody, with a read-only root: home, caches and packages live in the scratch space.
+            # As nobody, with a read-only root: home and caches live in the scratch space.
             EnvVar(name="HOME", value=SCRATCH),
-            EnvVar(name="PYTHONPATH", value=PACKAGES),
             EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
         ],
         resources=resources,

@@ -2,13 +2,15 @@
 access to, and the Job that copies a Hugging Face model into the stack's S3 prefix (jobs/model_copy.py).
 
 The copy Job is named by the model's source, revision and destination, so it runs again exactly when
-they change. It runs in the small pinned Python image and installs the pinned huggingface_hub and boto3
-first (config/versions.py), so it depends on nothing the Ray image may or may not carry.
+they change. It runs in the serving image (the Ray LLM DLC, already on the system nodes for the Ray head),
+which carries what it needs: huggingface_hub (vLLM's dependency) and boto3 (Ray Serve LLM's S3 loader).
+Nothing is installed at run time, so no package index is trusted by a pod that holds S3 write
+credentials and the Hugging Face token.
 """
 
 from __future__ import annotations
 
-from config import Settings, versions
+from config import Settings
 from manifests.jobs import ProgramJob, program_job, short_hash
 from manifests.k8s import (
     EmptyDirVolumeSource,
@@ -65,14 +67,13 @@ def model_copy_job(
             )
         )
     return program_job(
-        setup=versions.MODEL_COPY_PACKAGES,
         # by what it copies and where, but not by the account in the stack's own bucket name, which
         # `ops render` cannot know and which never changes for a stack
         name=f"{serving.name[:40]}-copy-{copy_key}",
         namespace=serving.namespace,
         program="model_copy.py",
         data={},
-        image=versions.PYTHON_IMAGE,
+        image=plan.image,
         env=env,
         timeout_seconds=COPY_TIMEOUT_SECONDS,
         resources=ResourceRequirements(
