@@ -88,9 +88,11 @@ def test_only_the_preview_comments_and_only_cloud_jobs_get_an_oidc_token():
 
 
 class TestPreview:
-    def test_every_stack_with_the_policy_pack_and_no_upsert(self):
+    def test_dev_only_in_its_own_environment_with_the_policy_pack_and_no_upsert(self):
+        """Pull-request code never runs with prod's passphrase: prod is previewed from main (deploy.yml)."""
         job = workflow("preview")["jobs"]["preview"]
-        assert job["strategy"]["matrix"]["stack"] == STACKS
+        assert job["strategy"]["matrix"]["stack"] == ["dev"]
+        assert job["environment"] == "preview-${{ matrix.stack }}"
         (pulumi,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
         assert pulumi["with"]["command"] == "preview"
         assert pulumi["with"]["policyPacks"] == "policy"
@@ -107,8 +109,22 @@ class TestDeploy:
         document = workflow("deploy")
         assert document["on"]["push"] == {"branches": ["main"]}
         jobs = document["jobs"]
-        assert list(jobs) == STACKS
-        assert jobs["prod"]["needs"] == "dev"
+        assert list(jobs) == ["dev", "preview-prod", "prod"]
+        assert jobs["preview-prod"]["needs"] == "dev" and jobs["prod"]["needs"] == "preview-prod"
+        # A manual dispatch from a branch deploys nothing: every job runs for main only.
+        assert all(job["if"] == "github.ref == 'refs/heads/main'" for job in jobs.values())
+
+    def test_prods_reviewers_see_its_preview_run_with_the_read_only_role(self):
+        job = workflow("deploy")["jobs"]["preview-prod"]
+        assert job["environment"] == "preview-prod"
+        assert "AWS_PREVIEW_ROLE_ARN" in str(job["steps"]) and "AWS_DEPLOY_ROLE_ARN" not in str(job["steps"])
+        assert "pulumi preview --stack prod" in str(job["steps"]) and "GITHUB_STEP_SUMMARY" in str(
+            job["steps"]
+        )
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_each_stacks_drift_check_in_an_environment_of_its_own(self, stack: str):
+        assert workflow("drift")["jobs"]["drift"]["environment"] == "drift-${{ matrix.stack }}"
 
     @pytest.mark.parametrize("stack", STACKS)
     def test_each_stack_in_its_environment_one_update_at_a_time(self, stack: str):
