@@ -151,15 +151,19 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                 },
                 # No anonymous access (Grafana's default); the Ray dashboard embeds Grafana panels.
                 "grafana.ini": {"security": {"allow_embedding": True}},
+                # Grafana reads its own namespace only (a Role, not a ClusterRole), and its sidecars read
+                # ConfigMaps only, never Secrets (the chart's default is both, cluster-wide with "ALL").
+                "rbac": {"namespaced": True},
                 "sidecar": {
                     "dashboards": {
                         "enabled": True,
                         "label": DASHBOARD_LABEL,
                         "labelValue": "1",
-                        "searchNamespace": "ALL",
+                        "resource": "configmap",
                         "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
                         "provider": {"foldersFromFilesStructure": True},
-                    }
+                    },
+                    "datasources": {"resource": "configmap"},
                 },
             },
             "kube-state-metrics": {

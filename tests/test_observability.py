@@ -159,12 +159,17 @@ class TestGrafana:
         assert ini["security"] == {"allow_embedding": True}
 
     def test_dashboards_are_labelled_configmaps_for_the_sidecar(self, dev_stack):
-        sidecar = values(dev_stack)["grafana"]["sidecar"]["dashboards"]
-        assert (sidecar["label"], sidecar["labelValue"], sidecar["searchNamespace"]) == (
+        grafana = values(dev_stack)["grafana"]
+        sidecar = grafana["sidecar"]["dashboards"]
+        assert (sidecar["label"], sidecar["labelValue"], sidecar["resource"]) == (
             "grafana_dashboard",
             "1",
-            "ALL",
+            "configmap",
         )
+        # Its own namespace only (the chart's default without searchNamespace), with a Role, and never
+        # Secrets: the review found a cluster-wide read on Secrets.
+        assert "searchNamespace" not in sidecar and grafana["rbac"] == {"namespaced": True}
+        assert grafana["sidecar"]["datasources"] == {"resource": "configmap"}
         maps = [
             c
             for c in dev_stack.of_type("kubernetes:core/v1:ConfigMap")
