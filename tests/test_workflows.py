@@ -167,6 +167,49 @@ def test_the_setup_installs_the_cli_at_the_sdk_version_and_the_pack_its_own_venv
     sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements-dev.txt").read_text(), re.M)
     assert sdk and action["inputs"]["pulumi-version"]["default"] == sdk.group(1)
     venvs = next(s["run"] for s in action["runs"]["steps"] if "policy/venv" in s.get("run", ""))
-    assert "-r policy/requirements.txt" in venvs
+    assert "--require-hashes -r policy/requirements.lock" in venvs
     policy_config = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert policy_config["runtime"]["options"]["virtualenv"] == "venv"
+
+
+def _locked(path: Path) -> dict[str, tuple[str, int]]:
+    """package -> (version, number of hashes) of a pip-compile lock."""
+    found, current = {}, None
+    for line in path.read_text().splitlines():
+        pin = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line)
+        if pin:
+            current = pin[1].lower().replace("_", "-")
+            found[current] = (pin[2], 0)
+        elif current and "--hash=sha256:" in line:
+            found[current] = (found[current][0], found[current][1] + 1)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("lock", "wanted"),
+    [("requirements.lock", "requirements.txt"), ("policy/requirements.lock", "policy/requirements.txt")],
+)
+def test_the_deploy_installs_hash_locked_pins_of_what_ci_tests(lock: str, wanted: str):
+    from packaging.requirements import Requirement
+
+    locked = _locked(ROOT / lock)
+    assert locked and all(hashes > 0 for _, hashes in locked.values()), "a pin without its hash"
+    assert (
+        "extra-index-url" not in (ROOT / lock).read_text() and "find-links" not in (ROOT / lock).read_text()
+    )
+    tested = dict(
+        re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", (ROOT / "requirements-dev.txt").read_text(), re.M)
+    )
+    for line in (ROOT / wanted).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        requirement = Requirement(line)
+        name = requirement.name.lower().replace("_", "-")
+        version, _ = locked[name]
+        assert requirement.specifier.contains(version), (name, version, str(requirement.specifier))
+        tested_version = next((v for n, v in tested.items() if n.lower().replace("_", "-") == name), None)
+        if tested_version:
+            assert version == tested_version, f"{lock} pins {name} {version}, CI tests {tested_version}"
+    action = (GITHUB / "actions" / "setup-stack" / "action.yml").read_text()
+    assert f"--require-hashes -r {lock}" in action
