@@ -16,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    field_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -270,6 +269,26 @@ def quantity_value(value: str) -> float:
     return float(value)  # exponent form such as 1e3
 
 
+MAX_INSTANCE_MEMORY_GIB = 32768
+"""The largest EC2 instances' memory (u7in-32tb: 32 TiB)."""
+MAX_GPU_MEMORY_GIB = 512
+"""Far above any GPU's memory today (B300: 288 GB)."""
+
+
+def gib_at_most(limit: int, what: str) -> AfterValidator:
+    """A size in GiB of at most `limit`: a larger one is MiB written as GiB (what EC2's API reports)."""
+
+    def check(value: float) -> float:
+        if value > limit:
+            raise ValueError(
+                f"{value:g} GiB is more than {what} ({limit} GiB); the value is in GiB, not MiB "
+                f"({value:g} MiB is {value / 1024:g} GiB)"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
 Namespace = Annotated[DnsLabel, AfterValidator(_ours_to_own)]
 """A namespace the stack creates and owns: an RFC 1123 label, none of Kubernetes' own."""
 
@@ -279,35 +298,13 @@ class InstanceSpec(StrictModel):
     not know. Figures as EC2's DescribeInstanceTypes reports them; GPU memory as the driver reports it."""
 
     vcpu: int = Field(ge=1, le=MAX_CPUS, description="vCPUs.")
-    memory_gib: int = Field(ge=1, description="Memory in GiB.")
+    memory_gib: Annotated[int, gib_at_most(MAX_INSTANCE_MEMORY_GIB, "any EC2 instance has")] = Field(
+        ge=1, description="Memory in GiB."
+    )
     gpus: int = Field(0, ge=0, le=16, description="GPUs.")
     gpu_model: str = Field("", description="GPU model, e.g. `L4` (for messages).")
-    gpu_memory_gib: float = Field(0, ge=0, description="Memory per GPU in GiB, as nvidia-smi reports it.")
+    gpu_memory_gib: Annotated[float, gib_at_most(MAX_GPU_MEMORY_GIB, "any GPU has")] = Field(
+        0, ge=0, description="Memory per GPU in GiB, as nvidia-smi reports it."
+    )
     efa_interfaces: int = Field(0, ge=0, description="Maximum EFA interfaces; 0 without EFA.")
     gpudirect_rdma: bool = Field(False, description="Whether the GPUs register memory with EFA directly.")
-
-    @field_validator("memory_gib")
-    @classmethod
-    def _memory_in_gib(cls, value: int) -> int:
-        if value > MAX_INSTANCE_MEMORY_GIB:
-            raise ValueError(
-                f"{value} GiB is more memory than any EC2 instance has ({MAX_INSTANCE_MEMORY_GIB} GiB); the "
-                f"value is in GiB, not MiB ({value} MiB is {value / 1024:g} GiB)"
-            )
-        return value
-
-    @field_validator("gpu_memory_gib")
-    @classmethod
-    def _gpu_memory_in_gib(cls, value: float) -> float:
-        if value > MAX_GPU_MEMORY_GIB:
-            raise ValueError(
-                f"{value:g} GiB per GPU is more than any GPU has ({MAX_GPU_MEMORY_GIB} GiB); the value is in "
-                f"GiB, not MiB ({value:g} MiB is {value / 1024:g} GiB)"
-            )
-        return value
-
-
-MAX_INSTANCE_MEMORY_GIB = 32768
-"""The largest EC2 instances' memory (u7in-32tb: 32 TiB)."""
-MAX_GPU_MEMORY_GIB = 512
-"""Far above any GPU's memory today (B300: 288 GB)."""
