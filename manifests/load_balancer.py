@@ -169,9 +169,7 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                 StringEquals=made_ours,
             ),
             _statement(
-                ["elasticloadbalancing:CreateListener", "elasticloadbalancing:DeleteListener"],
-                f"{elb}:loadbalancer/net/*/*",
-                StringEquals=ours,
+                ["elasticloadbalancing:CreateListener"], f"{elb}:loadbalancer/net/*/*", StringEquals=ours
             ),
             _statement(
                 ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
@@ -216,7 +214,9 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                 StringEquals=ours,
             ),
             _statement(
+                # Authorized against the listener, not its load balancer (AWS's resource types).
                 [
+                    "elasticloadbalancing:DeleteListener",
                     "elasticloadbalancing:ModifyListener",
                     "elasticloadbalancing:AddListenerCertificates",
                     "elasticloadbalancing:RemoveListenerCertificates",

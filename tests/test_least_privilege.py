@@ -45,7 +45,7 @@ class TestVpcCni:
     def test_the_addon_takes_the_role_and_enforces_network_policies(self, dev_stack: StackRun):
         addon = dev_stack.one(ADDON, "cluster-vpc-cni")
         assert addon.inputs["addonName"] == "vpc-cni"
-        assert addon.inputs["serviceAccountRoleArn"] == "arn:aws:mock::123456789012:cluster-vpc-cni"
+        assert addon.inputs["serviceAccountRoleArn"] == "arn:aws:iam::123456789012:role/cluster-vpc-cni"
         assert json.loads(addon.inputs["configurationValues"]) == {"enableNetworkPolicy": "true"}
         assert addon.inputs["resolveConflictsOnCreate"] == "OVERWRITE"  # EKS's bootstrapped aws-node
         assert addon.inputs["preserve"] is True

@@ -78,7 +78,7 @@ class TestTheMetricsStack:
         assert storage["parameters"] == {
             "type": "gp3",
             "encrypted": "true",
-            "kmsKeyId": "arn:aws:mock::123456789012:cluster-volumes",  # the stack's EBS key
+            "kmsKeyId": "arn:aws:kms:sa-east-1:123456789012:key/cluster-volumes",  # the stack's EBS key
         }
         assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
         assert depends_on(
@@ -116,7 +116,7 @@ class TestTheMetricsStack:
         (association,) = addon["podIdentityAssociations"]
         assert association["serviceAccount"] == "ebs-csi-controller-sa"
         role = dev_stack.one("aws:iam/role:Role", "observability-ebs-csi")
-        assert association["roleArn"] == f"arn:aws:mock::123456789012:{role.name}"
+        assert association["roleArn"] == f"arn:aws:iam::123456789012:role/{role.name}"
         (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
         assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
         policy = dev_stack.one("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "observability-ebs-csi")

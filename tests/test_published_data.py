@@ -112,6 +112,35 @@ class TestIamAgainstAwsData:
         anyone = {**federated["Statement"][0], "Principal": {}}
         assert aws_iam.document_errors({**federated, "Statement": [anyone]})
 
+    def test_an_action_on_a_resource_it_never_takes_fails(self):
+        """The bug this found: DeleteListener allowed on load balancers, which AWS never asks it about."""
+        lb = "arn:aws:elasticloadbalancing:*:*:loadbalancer/net/*/*"
+        (problem,) = aws_iam.document_errors(
+            _statement(Action="elasticloadbalancing:DeleteListener", Resource=lb)
+        )
+        assert "DeleteListener: none of its resources (listener/app, listener/gwy, listener/net)" in problem
+        listener = "arn:aws:elasticloadbalancing:*:*:listener/net/*/*/*"
+        assert (
+            aws_iam.document_errors(
+                _statement(Action="elasticloadbalancing:DeleteListener", Resource=listener)
+            )
+            == []
+        )
+
+    def test_resource_wildcards_match_as_iam_matches_them(self):
+        group = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/x/flow-logs"
+        stream_actions = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
+        assert (
+            aws_iam.document_errors(_statement(Action=stream_actions, Resource=[group, f"{group}:*"])) == []
+        )
+        (problem,) = aws_iam.document_errors(_statement(Action="logs:PutLogEvents", Resource=group))
+        assert "log-stream" in problem
+        assert (
+            aws_iam.document_errors(_statement(Action="s3:GetObject", Resource="arn:aws:s3:::b/models/*"))
+            == []
+        )
+        assert aws_iam.document_errors(_statement(Action="s3:GetObject", Resource="arn:aws:s3:::b"))
+
     def test_the_data_is_dated(self):
         # The package's version carries the date AWS's reference was read (0.21.YYYYMMDDn).
         assert versions_date(aws_iam.data_version()) >= datetime.date(2026, 9, 1)

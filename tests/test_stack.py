@@ -257,7 +257,7 @@ class TestSecureDefaults:
         assert key.inputs["enableKeyRotation"] is True
         assert (
             dev_stack.one(CLUSTER).inputs["encryptionConfigKeyArn"]
-            == "arn:aws:mock::123456789012:cluster-secrets"
+            == "arn:aws:kms:sa-east-1:123456789012:key/cluster-secrets"
         )
 
     def test_control_plane_logging(self, dev_stack: StackRun):

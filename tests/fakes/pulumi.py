@@ -248,10 +248,20 @@ def mock_id(type_: str, name: str) -> str:
     return f"{type_.rsplit(':', 1)[-1][0].lower()}{type_.rsplit(':', 1)[-1][1:]}/{name}"
 
 
+ARN_OF = {
+    "aws:iam/role:Role": "arn:aws:iam::123456789012:role/{name}",
+    "aws:kms/key:Key": "arn:aws:kms:{region}:123456789012:key/{name}",
+    "aws:s3/bucket:Bucket": "arn:aws:s3:::{name}",
+    "aws:cloudwatch/logGroup:LogGroup": "arn:aws:logs:{region}:123456789012:log-group:{name}",
+}
+"""The ARN the mocked AWS gives each kind of resource it creates (its name stands in for an id)."""
+
+
 class StackMocks(pulumi_mocks.Mocks):
-    def __init__(self, offerings: dict[str, dict[str, list[str]]], aws: AwsState):
+    def __init__(self, offerings: dict[str, dict[str, list[str]]], aws: AwsState, region: str = "sa-east-1"):
         self.offerings = offerings
         self.aws = aws
+        self.region = region
         self.calls: list[tuple[str, dict]] = []
         self.transforms: dict[str, list[Any]] = {}
         """Resource name -> the transforms it declared (the mock monitor does not run them)."""
@@ -278,13 +288,10 @@ class StackMocks(pulumi_mocks.Mocks):
             # As the provider: `length` characters, new ones whenever a keeper changes.
             seed = f"{args.name}-{json.dumps(args.inputs.get('keepers'), sort_keys=True)}"
             outputs["result"] = hashlib.sha256(seed.encode()).hexdigest()[: int(args.inputs["length"])]
-        elif args.typ in (
-            "aws:iam/role:Role",
-            "aws:kms/key:Key",
-            "aws:s3/bucket:Bucket",
-            "aws:cloudwatch/logGroup:LogGroup",
-        ):
-            outputs.update(arn=f"arn:aws:mock::123456789012:{args.name}", name=args.name)
+        elif args.typ in ARN_OF:
+            # ARNs as AWS forms them, so the IAM checks can match them against each action's resources.
+            given = args.inputs.get("bucket") or args.inputs.get("name") or args.name
+            outputs.update(arn=ARN_OF[args.typ].format(region=self.region, name=given), name=args.name)
         return mock_id(args.typ, args.name), outputs
 
     def call(self, args: pulumi_mocks.MockCallArgs):
@@ -483,7 +490,11 @@ def run_stack(
     os.environ["RAY_LLM_EKS_PRICE_CACHE"] = str(price_cache or Path(tempfile.mkdtemp()) / "prices.json")
     asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi_settings.ROOT.set(None)
-    mocks = StackMocks(offerings if offerings is not None else DEFAULT_OFFERINGS, aws or AwsState())
+    mocks = StackMocks(
+        offerings if offerings is not None else DEFAULT_OFFERINGS,
+        aws or AwsState(),
+        str(values.get("aws:region")),
+    )
     monitor = RecordingMonitor(mocks)
     logger = logging.getLogger(f"stack-run-{id(mocks)}")
     logger.propagate = False
