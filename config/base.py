@@ -113,18 +113,26 @@ CpuQuantity = Annotated[Quantity, AfterValidator(_plausible_cpu)]
 _HUMAN = {60: "a minute", 120: "2 minutes", 600: "10 minutes", 3600: "an hour", 86400: "a day"}
 
 
-def seconds_at_most(limit: int) -> AfterValidator:
-    """A duration in seconds of at most `limit`: a larger one is milliseconds written as seconds."""
+def _at_most(limit: float, units: tuple[str, str], limit_said: str, smaller: tuple[str, str], per: int):
+    """A figure in `units` (name, symbol) of at most `limit`: a larger one is the same figure in the
+    `smaller` units (`per` of which make one), written as if it were the larger."""
 
     def check(value: float) -> float:
         if value > limit:
             raise ValueError(
-                f"{value:g} seconds is more than {_HUMAN.get(limit, f'{limit} seconds')}; the value is in "
-                f"seconds, not milliseconds ({value:g} ms is {value / 1000:g} s)"
+                f"{value:g} {units[0]} is more than {limit_said}; the value is in {units[0]}, not "
+                f"{smaller[0]} ({value:g} {smaller[1]} is {value / per:g} {units[1]})"
             )
         return value
 
     return AfterValidator(check)
+
+
+def seconds_at_most(limit: int) -> AfterValidator:
+    """A duration in seconds of at most `limit`: a larger one is milliseconds written as seconds."""
+    return _at_most(
+        limit, ("seconds", "s"), _HUMAN.get(limit, f"{limit} seconds"), ("milliseconds", "ms"), 1000
+    )
 
 
 NEVER_PUBLIC = tuple(
@@ -277,16 +285,7 @@ MAX_GPU_MEMORY_GIB = 512
 
 def gib_at_most(limit: int, what: str) -> AfterValidator:
     """A size in GiB of at most `limit`: a larger one is MiB written as GiB (what EC2's API reports)."""
-
-    def check(value: float) -> float:
-        if value > limit:
-            raise ValueError(
-                f"{value:g} GiB is more than {what} ({limit} GiB); the value is in GiB, not MiB "
-                f"({value:g} MiB is {value / 1024:g} GiB)"
-            )
-        return value
-
-    return AfterValidator(check)
+    return _at_most(limit, ("GiB", "GiB"), f"{what} ({limit} GiB)", ("MiB", "MiB"), 1024)
 
 
 Namespace = Annotated[DnsLabel, AfterValidator(_ours_to_own)]
