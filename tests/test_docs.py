@@ -93,3 +93,12 @@ def test_state_backend_is_declared_where_every_pulumi_command_reads_it():
     assert project["backend"] == {"url": "file://~"}  # the project file's schema allows only `url`
     assert "PULUMI_BACKEND_URL" not in (ROOT / "Makefile").read_text()
     assert "upsert: true" not in (ROOT / ".github" / "workflows" / "preview.yml").read_text()
+
+
+def test_the_outputs_table_lists_every_output_the_stack_exports(dev_stack: StackRun):
+    section = (ROOT / "docs" / "operations.md").read_text().split("## Outputs", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
+    assert listed == set(dev_stack.exports), (
+        set(dev_stack.exports) - listed,
+        listed - set(dev_stack.exports),
+    )
