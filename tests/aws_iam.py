@@ -55,11 +55,17 @@ def data_version() -> str:
 
 
 @functools.cache
-def actions(service: str) -> frozenset[str] | None:
-    """Lower-cased action names of a service prefix; None when AWS publishes no such prefix."""
+def _details(service: str) -> dict[str, Any] | None:
+    """Each action of a service prefix (lower-cased) with its resource types; None for no such prefix."""
     path = IAM_DATA / "data" / "actions" / f"{service.lower()}.json"
     _require(IAM_DATA / "data" / "actions")
-    return frozenset(json.loads(path.read_text())) if path.exists() else None
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def actions(service: str) -> frozenset[str] | None:
+    """Lower-cased action names of a service prefix; None when AWS publishes no such prefix."""
+    details = _details(service)
+    return frozenset(details) if details is not None else None
 
 
 @functools.cache
@@ -115,11 +121,6 @@ def _as_list(value: Any) -> list[Any]:
 
 
 @functools.cache
-def _details(service: str) -> dict[str, Any]:
-    return json.loads((IAM_DATA / "data" / "actions" / f"{service.lower()}.json").read_text())
-
-
-@functools.cache
 def _arn_formats(service: str) -> dict[str, str]:
     path = IAM_DATA / "data" / "resourceTypes" / f"{service.lower()}.json"
     return {key: value["arn"] for key, value in json.loads(path.read_text()).items()} if path.exists() else {}
@@ -163,7 +164,7 @@ def resource_errors(action: str, resources: list[str]) -> list[str]:
     if action == "*" or "*" in resources or "*" in action:
         return []
     service, _, name = action.partition(":")
-    details = _details(service).get(name.lower())
+    details = (_details(service) or {}).get(name.lower())
     types = [t["name"] for t in (details or {}).get("resourceTypes", [])]
     if service.lower() == "elasticloadbalancing" and "loadbalancer" in types:
         # Classic ELB and ELBv2 share the prefix; for an action both define (AddTags, CreateLoadBalancer,

@@ -15,7 +15,7 @@ from manifests.load_balancer import CONTROLLER_NAMESPACE
 from manifests.observability import MONITORING_NAMESPACE
 from planning.zones import StackRecord, plan_zones
 from tests.fakes import pulumi as fakes
-from tests.fakes.pulumi import AwsState, run_stack, stack_settings
+from tests.fakes.pulumi import run_stack, stack_settings
 
 P = "ray-llm-eks"
 ACCOUNT = "123456789012"
@@ -319,10 +319,7 @@ def test_the_gpu_zone_default_is_the_first_cluster_zone_that_offers_the_type():
 
 
 def test_the_gpu_zone_default_never_lands_where_the_type_is_not_offered():
-    run = run_stack(
-        offerings={"sa-east-1": {"g6.8xlarge": ["sa-east-1b", "sa-east-1c"]}},
-        aws=AwsState(),
-    )
+    run = run_stack(offerings={"sa-east-1": {"g6.8xlarge": ["sa-east-1b", "sa-east-1c"]}})
     gpu = run.one("eks:index:ManagedNodeGroup", "gpu-nodes")
     assert gpu.inputs["placementGroupAvailabilityZone"] == "sa-east-1b"
 
