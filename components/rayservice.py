@@ -1,5 +1,5 @@
-"""The serving layer: the `inference` namespace, the optional Hugging Face token Secret, and the
-KubeRay RayService that runs `build_pd_openai_app` on the GPU workers.
+"""The serving layer: the `inference` namespace, Ray's token, the optional Hugging Face token Secret,
+and the KubeRay RayService that runs `build_pd_openai_app` on the GPU workers.
 
 It applies what manifests/rayservice.py built and how planning/upgrades.py decided a Ray cluster
 change rolls out, so it can target an existing cluster as well as the one this stack builds.
@@ -12,9 +12,11 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from components.network_policy import network_policies as apply_network_policies
 from manifests.jobs import ProgramJob
+from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, ServingManifests
 from planning.upgrades import UpgradePlan
 
@@ -72,7 +74,17 @@ class RayService(pulumi.ComponentResource):
             data=manifests.plugins["data"],
             opts=in_namespace,
         )
-        wait_for = [*depends_on, *accounts, plugins, *policies]
+        # Ray's token (manifests/ray_auth.py): generated once, kept in state as a secret, in a Secret
+        # KubeRay puts into every Ray container and the readiness Job reads.
+        ray_token = random.RandomPassword(f"{name}-ray-auth-token", length=43, special=False, opts=child)
+        ray_auth = k8s.core.v1.Secret(
+            f"{name}-ray-auth",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=RAY_AUTH_SECRET, namespace=namespace.metadata.name),
+            type="Opaque",
+            string_data={RAY_AUTH_KEY: pulumi.Output.secret(ray_token.result)},
+            opts=child,
+        )
+        wait_for = [*depends_on, *accounts, plugins, *policies, ray_auth]
         hf_secret = None
         if manifests.hf_token is not None:
             hf_secret = k8s.core.v1.Secret(

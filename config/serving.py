@@ -19,6 +19,7 @@ from config.base import (
     quantity_value,
     s3_bucket_problem,
 )
+from config.versions import MIN_RAY_VERSION
 
 IMAGE_REFERENCE = (
     r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9._/-]+"  # registry host[:port]/repository
@@ -114,7 +115,9 @@ class ServingConfig(StrictModel):
         f"interpreter is all it needs). Default: `{versions.PYTHON_IMAGE}`.",
     )
     ray_version: SemVer = Field(
-        versions.RAY_VERSION, description="Ray version inside the image (KubeRay's `rayVersion`)."
+        versions.RAY_VERSION,
+        description="Ray version inside the image (KubeRay's `rayVersion`); at least 2.52, the first "
+        "with the token authentication the stack turns on.",
     )
     upgrade_strategy: Literal["auto", "recreate", "newCluster"] = Field(
         "auto",
@@ -133,6 +136,17 @@ class ServingConfig(StrictModel):
     )
     head: HeadConfig = Field(default_factory=HeadConfig)  # type: ignore[arg-type]
     worker: WorkerConfig = Field(default_factory=WorkerConfig)  # type: ignore[arg-type]
+
+    @field_validator("ray_version")
+    @classmethod
+    def _has_token_auth(cls, value: str) -> str:
+        major, minor = (int(part) for part in value.lstrip("v").split(".")[:2])
+        if (major, minor) < MIN_RAY_VERSION:
+            raise ValueError(
+                f"Ray {value} has no token authentication, which the stack turns on (KubeRay refuses "
+                "authOptions below Ray 2.52.0); use an image with Ray 2.52 or later"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_way_to_name_the_image(self) -> ServingConfig:

@@ -190,6 +190,9 @@ VLLM_VERSION = "0.26.0"
 rules and the PD dashboard use the metric names this version exports (through Ray: `ray_vllm_*`)."""
 
 RAY_VERSION = "2.58.0"
+MIN_RAY_VERSION = (2, 52)
+"""The oldest Ray a stack may name: KubeRay 1.7 refuses token authentication below 2.52.0
+(ray-operator/controllers/ray/utils/validation.go), and the stack turns it on (manifests/ray_auth.py)."""
 """Ray inside the image below; KubeRay's `rayVersion` must match it, and the tests validate the serve
 config with this exact Ray (`ray[serve]==2.58.0` in requirements-dev.txt)."""
 

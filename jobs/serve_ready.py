@@ -12,7 +12,8 @@ them ends DEPLOY_FAILED or UNHEALTHY on our config, or when the deadline passes.
 it runs in a plain Python image.
 
 Environment: DASHBOARD_URL (`http://<rayservice>-head-svc.<ns>.svc:8265`, which follows the active
-Ray cluster), EXPECTED (path of the expected serveConfigV2 `applications` as JSON), DEADLINE_SECONDS,
+Ray cluster), EXPECTED (path of the expected serveConfigV2 `applications` as JSON), RAY_AUTH_TOKEN
+(Ray's token, sent as `Authorization: Bearer`, which Ray 2.58's dashboard checks), DEADLINE_SECONDS,
 POLL_SECONDS.
 """
 
@@ -62,8 +63,14 @@ def verdict(expected: list[dict[str, Any]], details: dict[str, Any]) -> tuple[st
     return ("waiting", "; ".join(waiting)) if waiting else ("ok", "every application runs the new config")
 
 
-def fetch(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url + APPLICATIONS_PATH, timeout=30) as response:
+def request(url: str, token: str | None) -> urllib.request.Request:
+    """Serve's REST API on the dashboard, with Ray's token when the cluster has one."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return urllib.request.Request(url + APPLICATIONS_PATH, headers=headers)
+
+
+def fetch(url: str, token: str | None = None) -> dict[str, Any]:
+    with urllib.request.urlopen(request(url, token), timeout=30) as response:
         return json.load(response)
 
 
@@ -80,6 +87,13 @@ def wait(
     while clock() - start < deadline_s:
         try:
             state, last = verdict(expected, ask())
+        except urllib.error.HTTPError as error:
+            if error.code in (401, 403):  # waiting cannot mend a token: say so now
+                return False, (
+                    f"the Ray dashboard refused the token ({error.code}): RAY_AUTH_TOKEN must be key "
+                    "auth_token of the Secret the RayService's authOptions.secretName names"
+                )
+            state, last = "waiting", f"Ray dashboard answered {error.code}"
         except (urllib.error.URLError, OSError, ValueError) as error:
             state, last = "waiting", f"Ray dashboard not answering: {error}"
         if state != "waiting":
@@ -95,7 +109,7 @@ def main() -> int:
     url = os.environ["DASHBOARD_URL"].rstrip("/")
     ok, message = wait(
         expected,
-        lambda: fetch(url),
+        lambda: fetch(url, os.environ.get("RAY_AUTH_TOKEN")),
         float(os.environ.get("DEADLINE_SECONDS", "2400")),
         float(os.environ.get("POLL_SECONDS", "10")),
     )

@@ -51,6 +51,7 @@ from manifests.k8s import (
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
 from manifests.observability import head_dashboard_env, head_metrics_ports
 from manifests.prepull import prepull_daemon_set
+from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
@@ -100,8 +101,14 @@ class AutoscalerOptions(K8sModel):
     resources: AutoscalerResources
 
 
+class AuthOptions(K8sModel):
+    mode: Literal["token"] = "token"
+    secret_name: str = RAY_AUTH_SECRET
+
+
 class RayClusterSpec(K8sModel):
     ray_version: str
+    auth_options: AuthOptions = Field(default_factory=AuthOptions)
     enable_in_tree_autoscaling: bool | None = None
     autoscaler_options: AutoscalerOptions | None = None
     head_group_spec: HeadGroupSpec

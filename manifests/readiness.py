@@ -1,5 +1,6 @@
 """The check `pulumi up` waits on after a serve config change: a Job that asks the Ray dashboard
-whether the applications running are this config and RUNNING (jobs/serve_ready.py).
+whether the applications running are this config and RUNNING (jobs/serve_ready.py), with Ray's
+token (manifests/ray_auth.py).
 
 It is named by the hash of serveConfigV2: a new serve config is a new Job (pulumi-kubernetes awaits a
 Job until it completes, failing the update when it fails), and nothing else (a Ray cluster change, a
@@ -15,7 +16,8 @@ import yaml
 
 from config import Settings, versions
 from manifests.jobs import ProgramJob, program_job, short_hash
-from manifests.k8s import EnvVar, ResourceRequirements
+from manifests.k8s import EnvVar, EnvVarSource, ResourceRequirements, SecretKeySelector
+from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_AUTH_TOKEN_ENV
 
 DASHBOARD_PORT = 8265
 
@@ -37,6 +39,13 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
                 value=f"http://{serving.name}-head-svc.{serving.namespace}.svc:{DASHBOARD_PORT}",
             ),
             EnvVar(name="EXPECTED", value="/program/expected.json"),
+            # The dashboard's API wants Ray's token (manifests/ray_auth.py).
+            EnvVar(
+                name=RAY_AUTH_TOKEN_ENV,
+                value_from=EnvVarSource(
+                    secret_key_ref=SecretKeySelector(name=RAY_AUTH_SECRET, key=RAY_AUTH_KEY)
+                ),
+            ),
             # a little below the Job's deadline, so the check says what it saw before it is stopped
             EnvVar(name="DEADLINE_SECONDS", value=str(timeout - 30)),
         ],

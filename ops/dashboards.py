@@ -3,7 +3,8 @@ port-forward` with the stack's kubeconfig, until Ctrl-C.
 
 Grafana answers on 127.0.0.1:3000, which is also where the Ray dashboard's metrics tabs load their
 panels from (the head's RAY_GRAFANA_IFRAME_HOST), so both work side by side in one browser once you
-are logged in to Grafana (user `admin`, password: the stack's `grafanaAdminPassword` output).
+are logged in to Grafana (user `admin`, password: the stack's `grafanaAdminPassword` output). The Ray
+dashboard asks for Ray's token, which the output says how to read.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from manifests.observability import (
     PROMETHEUS_SERVICE,
 )
 from manifests.pd_dashboard import UID as PD_DASHBOARD_UID
+from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from ops.kube import OpsError
 
 RAY_DASHBOARD_PORT = 8265
@@ -82,6 +84,16 @@ def forwards(serving_namespace: str, rayservice: str) -> list[Forward]:
     ]
 
 
+def login(forward: Forward) -> str:
+    """The Ray dashboard asks for Ray's token (manifests/ray_auth.py); say where it is."""
+    if forward.remote_port != RAY_DASHBOARD_PORT:
+        return ""
+    return (
+        f"  (token: kubectl get secret {RAY_AUTH_SECRET} --namespace {forward.namespace} "
+        f"-o jsonpath='{{.data.{RAY_AUTH_KEY}}}' | base64 -d)"
+    )
+
+
 def describe(chosen: Sequence[Forward], stack: str | None) -> str:
     password = (
         f"`pulumi stack output grafanaAdminPassword --show-secrets --stack {stack}`"
@@ -93,7 +105,7 @@ def describe(chosen: Sequence[Forward], stack: str | None) -> str:
         [
             f"{grafana.what:<14} {grafana.url}  (user {GRAFANA_ADMIN_USER}, password: {password})",
             f"{'':<14} {grafana.url}/d/{PD_DASHBOARD_UID}  (prefill/decode at a glance)",
-            *(f"{f.what:<14} {f.url}" for f in chosen[1:]),
+            *(f"{f.what:<14} {f.url}{login(f)}" for f in chosen[1:]),
             "Ctrl-C stops the port-forwards.",
         ]
     )

@@ -9,9 +9,11 @@ import json
 import pytest
 
 from config import ConfigError
-from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack
+from tests.fakes.pulumi import STACKS, Secret, StackRun, minimal_config, run_stack
 
 ROLE = "aws:iam/role:Role"
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+SECRET = "kubernetes:core/v1:Secret"
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 IDENTITY = "ray-llm-eks:pod_identity:PodIdentity"
 ACCOUNT = "123456789012"
@@ -116,3 +118,34 @@ class TestFlowLogs:
 
     def test_off_unless_asked_for(self, dev_stack):
         assert dev_stack.of_type("aws:ec2/flowLog:FlowLog") == []
+
+
+class TestRayTokenAuth:
+    """Ray's dashboard, Jobs API and GCS want a token (manifests/ray_auth.py), not only a policy."""
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_every_ray_cluster_runs_with_the_stacks_token(self, stack):
+        run = run_stack(stack=stack)
+        if not run.of_type(RAYSERVICE):
+            pytest.skip("parked: no RayService")
+        ray = run.one(RAYSERVICE)
+        assert ray.inputs["spec"]["rayClusterConfig"]["authOptions"] == {
+            "mode": "token",
+            "secretName": "ray-auth-token",
+        }
+        secret = run.one(SECRET, "ray-llm-ray-auth")
+        assert secret.urn in ray.dependencies
+        assert secret.inputs["metadata"] == {"name": "ray-auth-token", "namespace": "inference"}
+        data = secret.inputs["stringData"]
+        assert isinstance(data, Secret) or isinstance(data["auth_token"], Secret)
+
+    def test_the_token_is_generated_once_and_shown_nowhere(self, dev_stack: StackRun):
+        (token,) = [
+            r for r in dev_stack.of_type("random:index/randomPassword:RandomPassword") if "ray" in r.name
+        ]
+        assert token.inputs["length"] >= 32 and token.inputs["special"] is False
+        assert "ray-auth-token" not in dev_stack.exports
+
+    def test_a_ray_without_token_auth_is_refused(self):
+        with pytest.raises(ConfigError, match=r"serving\.rayVersion.*2\.52"):
+            run_stack(overrides={"serving": {"rayVersion": "2.51.0"}})

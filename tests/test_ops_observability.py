@@ -125,6 +125,10 @@ def test_dashboards_forwards_grafana_prometheus_and_ray_until_one_stops(capsys):
     assert all(p.terminated for p in started if "svc/kps-prometheus" not in p.command)
     assert "http://127.0.0.1:3000  (user admin, password: `pulumi stack output grafanaAdminPassword" in out
     assert "http://127.0.0.1:3000/d/rayLlmPdDisaggregation" in out
+    assert (
+        "http://127.0.0.1:8265  (token: kubectl get secret ray-auth-token --namespace inference "
+        "-o jsonpath='{.data.auth_token}' | base64 -d)" in out
+    )
 
 
 def test_dashboards_stop_cleanly_on_ctrl_c(capsys):

@@ -138,6 +138,13 @@ def fake_dashboard(app) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             assert self.path == "/api/serve/applications/?api_type=declarative"
+            # Ray 2.58's token middleware (_private/authentication/http_token_authentication.py)
+            auth = self.headers.get("Authorization")
+            if auth != f"Bearer {TOKEN}":
+                self.send_response(401 if not auth else 403)
+                self.end_headers()
+                self.wfile.write(b"Unauthorized: Missing authentication token")
+                return
             body = json.dumps(answers.pop(0) if len(answers) > 1 else answers[0]).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -156,12 +163,18 @@ def fake_dashboard(app) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         server.shutdown()
 
 
-def run_program(url: str, expected: list[dict[str, Any]], tmp_path) -> subprocess.CompletedProcess[str]:
+TOKEN = "k8s-secret-token"
+
+
+def run_program(
+    url: str, expected: list[dict[str, Any]], tmp_path, token: str = TOKEN
+) -> subprocess.CompletedProcess[str]:
     """jobs/serve_ready.py as the Job runs it: a fresh interpreter, configured by its environment."""
     path = tmp_path / "expected.json"
     path.write_text(json.dumps(expected))
     env = {
         **os.environ,
+        "RAY_AUTH_TOKEN": token,
         "DASHBOARD_URL": url,
         "EXPECTED": str(path),
         "DEADLINE_SECONDS": "5",
@@ -190,6 +203,14 @@ def test_the_program_exits_1_with_rays_message_when_the_new_config_fails(fake_da
     result = run_program(url, [app], tmp_path)
     assert result.returncode == 1
     assert result.stdout.splitlines()[-1] == "qwen DEPLOY_FAILED: max_model_len 200000 > 4096"
+
+
+def test_a_refused_token_fails_at_once_and_names_the_secret(fake_dashboard, app, tmp_path):
+    url, answers = fake_dashboard
+    answers += [dashboard(app, "RUNNING")]
+    result = run_program(url, [app], tmp_path, token="stale")
+    assert result.returncode == 1
+    assert "refused the token (403)" in result.stdout and "authOptions.secretName" in result.stdout
 
 
 class TestTheJob:
@@ -223,8 +244,10 @@ class TestTheJob:
         assert pod["nodeSelector"] == {"role": "system"}
         assert job.inputs["spec"]["backoffLimit"] == 0
         (container,) = pod["containers"]
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["DASHBOARD_URL"] == "http://ray-llm-head-svc.inference.svc:8265"
+        (token,) = [e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN"]
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "ray-auth-token", "key": "auth_token"}
         assert int(env["DEADLINE_SECONDS"]) < job.inputs["spec"]["activeDeadlineSeconds"]
         assert int(job.inputs["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) > int(
             job.inputs["spec"]["activeDeadlineSeconds"]

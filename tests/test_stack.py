@@ -345,6 +345,7 @@ class TestHuggingFaceToken:
         assert sorted(s.name for s in dev_stack.of_type("kubernetes:core/v1:Secret")) == [
             "endpoint-api-keys",
             "observability-grafana-admin",
+            "ray-llm-ray-auth",
         ]
 
 
