@@ -69,7 +69,7 @@ class Endpoint(pulumi.ComponentResource):
         )
         network_policies(
             f"{name}-policy",
-            [manifests.gateway_network_policy],
+            manifests.gateway_network_policies,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)

@@ -19,8 +19,9 @@ from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from config.serving import KubeRayConfig
-from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator
-from manifests.network_policy import no_instance_metadata
+from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator, kuberay_policies
+from manifests.network_policy import PROMETHEUS_PODS, pods
+from manifests.observability import MONITORING_NAMESPACE
 
 
 class KubeRayOperator(pulumi.ComponentResource):
@@ -46,7 +47,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         )
         network_policies(
             f"{name}-policy",
-            [no_instance_metadata(config.namespace)],
+            kuberay_policies(config, pods(PROMETHEUS_PODS, MONITORING_NAMESPACE)),
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         self.crds = chart_crds(f"{name}-crds", kuberay_crds(config), child)

@@ -1,7 +1,8 @@
 """Metrics, dashboards and alerts in the cluster: the EBS CSI driver (EKS add-on, its own Pod Identity
 role) and a gp3 StorageClass for Prometheus's volume, kube-prometheus-stack (Prometheus, Alertmanager,
 Grafana, the operator, kube-state-metrics, node-exporter) with its CRDs applied by the stack, NVIDIA's
-dcgm-exporter on the GPU nodes, the PodMonitors for the Ray head and workers, a ServiceMonitor for the
+dcgm-exporter on the GPU nodes (it and node-exporter in the privileged `node-agents` namespace, so
+`monitoring` runs baseline), the PodMonitors for the Ray head and workers, a ServiceMonitor for the
 KubeRay operator, the alert rules, and the dashboards as ConfigMaps Grafana's sidecar loads.
 
 Grafana's admin password is generated (pulumi-random), kept as a secret, and handed to Grafana in a
@@ -119,8 +120,18 @@ class Observability(pulumi.ComponentResource):
         )
         network_policies(
             f"{name}-policy",
-            [manifests.network_policy],
+            manifests.network_policies,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+        )
+        node_agents = k8s.core.v1.Namespace(
+            f"{name}-node-agents-ns",
+            metadata=manifests.node_agents_namespace["metadata"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(system_nodes))),
+        )
+        network_policies(
+            f"{name}-node-agents-policy",
+            manifests.node_agents_policies,
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[node_agents])),
         )
         crds = chart_crds(f"{name}-crds", kube_prometheus_stack_crds(), child)
 
@@ -143,7 +154,9 @@ class Observability(pulumi.ComponentResource):
             manifests.kube_prometheus_stack,
             pulumi.ResourceOptions.merge(
                 child,
-                pulumi.ResourceOptions(depends_on=[*system_nodes, crds, storage_class, admin, *volumes]),
+                pulumi.ResourceOptions(
+                    depends_on=[*system_nodes, crds, storage_class, admin, node_agents, *volumes]
+                ),
             ),
             namespace=namespace.metadata.name,
         )
@@ -152,7 +165,7 @@ class Observability(pulumi.ComponentResource):
             f"{name}-dcgm-exporter",
             manifests.dcgm_exporter,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*gpu_nodes, crds, stack])),
-            namespace=namespace.metadata.name,
+            namespace=node_agents.metadata.name,
         )
         # The operator's admission webhook checks rules as they are created: after the release.
         after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[crds, stack]))

@@ -114,6 +114,7 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
 FIXED_NAMESPACES = {
     "kube-system": "the device plugins, the load balancer controller and Cluster Autoscaler",
     "monitoring": "the metrics stack (observability)",
+    "node-agents": "node-exporter and dcgm-exporter (observability)",
     "envoy-gateway-system": "Envoy Gateway (endpoint)",
 }
 """The namespaces the stack's own charts use, whatever the config says (manifests/; a test keeps the two

@@ -16,6 +16,7 @@ from typing import Any
 from config import versions
 from config.serving import KubeRayConfig
 from manifests.k8s import namespace, pod_security_labels
+from manifests.network_policy import Allow, Port, deny_ingress_but, no_instance_metadata
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 
 DEVICE_PLUGIN_NAMESPACE = "kube-system"
@@ -77,5 +78,23 @@ def kuberay_crds(config: KubeRayConfig) -> list[str]:
 
 
 def kuberay_namespace(config: KubeRayConfig) -> dict[str, Any]:
-    """The operator needs no privileges: baseline is enforced, restricted audited."""
-    return namespace(config.namespace, pod_security_labels("baseline"))
+    """restricted: the chart's operator container runs non-root, drops every capability, no privilege
+    escalation, RuntimeDefault seccomp (kuberay-operator 1.7.0 values.yaml `securityContext`), and the
+    stack changes none of it."""
+    return namespace(config.namespace, pod_security_labels("restricted"))
+
+
+KUBERAY_METRICS_PORT = 8080
+"""The operator's metrics (and only) container port (kuberay-operator 1.7.0 values `service.port`)."""
+
+
+def kuberay_policies(config: KubeRayConfig, prometheus: dict[str, Any]) -> list[dict[str, Any]]:
+    """No IMDS; no ingress but Prometheus (the `prometheus` peer) on the metrics port. The chart has
+    no admission webhook at 1.7.0; its probes come from the kubelet."""
+    return [
+        no_instance_metadata(config.namespace),
+        *deny_ingress_but(
+            config.namespace,
+            [Allow("prometheus", "metrics", (prometheus,), {}, (Port("metrics", KUBERAY_METRICS_PORT),))],
+        ),
+    ]

@@ -34,7 +34,14 @@ from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
 from manifests.load_balancer import LOAD_BALANCER_CLASS
-from manifests.network_policy import no_instance_metadata
+from manifests.network_policy import (
+    SAME_NAMESPACE,
+    Allow,
+    Port,
+    addresses,
+    deny_ingress_but,
+    no_instance_metadata,
+)
 from manifests.rayservice import serve_service_name
 from planning.nodes import SYSTEM_NODE_LABELS
 from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
@@ -321,8 +328,8 @@ class EndpointManifests:
     only the Pulumi program holds the keys (`api_keys_secret` names it)."""
 
     gateway_namespace: dict[str, Any]
-    gateway_network_policy: dict[str, Any]
-    """No instance metadata for the gateway's namespace (Envoy Gateway and its proxies)."""
+    gateway_network_policies: list[dict[str, Any]]
+    """The gateway's namespace (Envoy Gateway and its proxies): `gateway_policies`."""
     gateway_class: GatewayClass
     envoy_proxy: EnvoyProxy
     gateway: Gateway
@@ -394,8 +401,51 @@ def envoy_gateway_crds() -> list[str]:
 
 
 def gateway_namespace() -> dict[str, Any]:
-    """Envoy needs no privileges: baseline enforced, restricted audited; and the readiness gate."""
-    return namespace(GATEWAY_NAMESPACE, {**pod_security_labels("baseline"), READINESS_GATE_LABEL: "enabled"})
+    """restricted, and the readiness gate. Envoy Gateway 1.9.0 runs every pod there non-root with every
+    capability dropped, no privilege escalation and RuntimeDefault seccomp: the controller and the
+    certgen Job by its chart's values, the proxies by its code (internal/infrastructure/kubernetes/
+    resource/resource.go `DefaultSecurityContext`, proxy/resource.go), and the stack's EnvoyProxy
+    overrides no security context."""
+    return namespace(
+        GATEWAY_NAMESPACE, {**pod_security_labels("restricted"), READINESS_GATE_LABEL: "enabled"}
+    )
+
+
+ENVOY_GATEWAY_WEBHOOK_PORT = 9443
+"""The controller's admission webhook (the topology injector, on by default: gateway-helm 1.9.0
+templates/envoy-gateway-deployment.yaml)."""
+
+
+def gateway_policies(settings: Settings) -> list[dict[str, Any]]:
+    """No IMDS; no ingress but: within the namespace (the proxies' xDS to the controller, on the ports
+    the chart's `deployment.ports` lists), the load balancer to the proxies' listener and health-check
+    ports (IP targets without client-IP preservation, so from the VPC's range; `endpoint.sourceRanges`
+    is enforced on the NLB's security group), and the API server to the controller's webhook."""
+    vpc = addresses(str(settings.network.vpc_cidr))
+    proxies = proxy_selector(settings.serving.name, settings.serving.namespace)
+    return [
+        no_instance_metadata(GATEWAY_NAMESPACE),
+        *deny_ingress_but(
+            GATEWAY_NAMESPACE,
+            [
+                Allow("within", "the proxies' xDS stream to the controller, certgen", (SAME_NAMESPACE,), {}),
+                Allow(
+                    "load-balancer",
+                    "the NLB's traffic and health checks; ops verify through the API server's proxy",
+                    (vpc,),
+                    proxies,
+                    (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
+                ),
+                Allow(
+                    "api-server",
+                    "admission calls to the controller's webhook",
+                    (vpc,),
+                    {},
+                    (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
+                ),
+            ],
+        ),
+    ]
 
 
 def _seconds(value: int) -> str:
@@ -488,7 +538,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
     )
     return EndpointManifests(
         gateway_namespace=gateway_namespace(),
-        gateway_network_policy=no_instance_metadata(GATEWAY_NAMESPACE),
+        gateway_network_policies=gateway_policies(settings),
         gateway_class=GatewayClass(
             metadata=meta(GATEWAY_CLASS, None), spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER)
         ),

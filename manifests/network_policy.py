@@ -1,6 +1,6 @@
 """Kubernetes NetworkPolicies, enforced by the VPC CNI's network policy agent (the stack turns it on:
-components/cluster.py), and the one every namespace of the stack's workloads gets: no instance
-metadata.
+components/cluster.py): the one every namespace of the stack's workloads gets, no instance metadata,
+and the shape of every namespace's ingress: denied but for the `Allow`s it lists.
 
 pulumi-eks hard-codes the IMDS hop limit at 2, so without it any pod could take the node role's
 credentials. Egress goes anywhere but IMDS (169.254.169.254, fd00:ec2::254); EKS Pod Identity's agent
@@ -19,6 +19,8 @@ in place; IPv4 or IPv6 rules apply, by the cluster's family, never both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 IMDS_V4 = "169.254.169.254/32"
@@ -61,3 +63,85 @@ LOAD_BALANCER_CONTROLLER_APP = "aws-load-balancer-controller"
 """The controller chart's `app.kubernetes.io/name` (3.5.0, no nameOverride)."""
 CLUSTER_AUTOSCALER_APP = "aws-cluster-autoscaler"
 """Cluster Autoscaler's chart names its pods `<cloudProvider>-cluster-autoscaler` (9.59.0 _helpers.tpl)."""
+
+
+PROMETHEUS_PODS = {
+    "app.kubernetes.io/name": "prometheus",
+    "app.kubernetes.io/managed-by": "prometheus-operator",
+}
+"""prometheus-operator's labels on Prometheus's pods (pkg/prometheus/statefulset.go)."""
+RAY_PODS = {"ray.io/is-ray-node": "yes", "app.kubernetes.io/created-by": "kuberay-operator"}
+"""KubeRay's labels on every Ray pod of every RayCluster it creates (NewCluster upgrades included)."""
+RAY_HEAD_PODS = {**RAY_PODS, "ray.io/node-type": "head"}
+RAY_WORKER_PODS = {**RAY_PODS, "ray.io/node-type": "worker"}
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    """The container port's name on the receiving pods (or the range's meaning)."""
+    port: int
+    end_port: int | None = None
+
+    def rule(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"protocol": "TCP", "port": self.port}
+        if self.end_port is not None:
+            entry["endPort"] = self.end_port
+        return entry
+
+
+def pods(labels: dict[str, str], namespace: str | None = None) -> dict[str, Any]:
+    """A peer: pods with these labels in the policy's own namespace, or in `namespace`."""
+    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(labels)}}
+    if namespace is not None:
+        peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    return peer
+
+
+SAME_NAMESPACE: dict[str, Any] = {"podSelector": {}}
+"""A peer: every pod of the policy's own namespace."""
+
+
+def addresses(cidr: str) -> dict[str, Any]:
+    """A peer by address. The API server's calls (admission webhooks, its service proxy) and a load
+    balancer's with IP targets and no client-IP preservation come from ENIs in the cluster's subnets,
+    so the VPC's range stands for them."""
+    return {"ipBlock": {"cidr": cidr}}
+
+
+@dataclass(frozen=True)
+class Allow:
+    """One way into a namespace: from whom, to which pods ({} for all), on which ports (none: all)."""
+
+    name: str
+    why: str
+    peers: tuple[dict[str, Any], ...]
+    to: dict[str, str]
+    ports: tuple[Port, ...] = ()
+
+    def rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"from": list(self.peers)}
+        if self.ports:
+            rule["ports"] = [p.rule() for p in self.ports]
+        return rule
+
+
+def deny_ingress_but(namespace: str, allows: Sequence[Allow]) -> list[dict[str, Any]]:
+    """No ingress into the namespace's pods (on the pod network) but what `allows` lists, one policy
+    each, named by it so `kubectl get networkpolicy` reads like the list. The kubelet's probes come
+    from the node, which the agent always allows."""
+    return [
+        policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
+        *(
+            policy(
+                f"allow-{allow.name}",
+                namespace,
+                {
+                    "podSelector": {"matchLabels": dict(allow.to)} if allow.to else {},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [allow.rule()],
+                },
+            )
+            for allow in allows
+        ),
+    ]

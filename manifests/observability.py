@@ -35,13 +35,33 @@ from typing import Any
 from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import namespace, pod_security_labels
-from manifests.network_policy import no_instance_metadata
+from manifests.network_policy import (
+    PROMETHEUS_PODS,
+    RAY_HEAD_PODS,
+    SAME_NAMESPACE,
+    Allow,
+    Port,
+    addresses,
+    deny_ingress_but,
+    no_instance_metadata,
+    pods,
+)
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 from planning.system_pods import PodRequests, ray_autoscaling
 
 MONITORING_NAMESPACE = "monitoring"
+NODE_AGENTS_NAMESPACE = "node-agents"
+"""node-exporter and dcgm-exporter: the two agents that need the host, in a privileged namespace of
+their own so `monitoring` runs baseline."""
+OPERATOR_WEBHOOK_PORT = 10250
+"""The Prometheus operator's admission webhook (kube-prometheus-stack 88.5.3 values
+`prometheusOperator.tls.internalPort`)."""
+GRAFANA_CONTAINER_PORT = 3000
+"""Grafana's container port behind its Service's port 80 (grafana 12.11.1 values `service.targetPort`)."""
+DCGM_EXPORTER_PORT = 9400
+"""dcgm-exporter's metrics port (dcgm-exporter 4.8.2 values `service.port`)."""
 RELEASE = "kube-prometheus-stack"
 FULLNAME = "kps"
 """The chart's fullnameOverride: Services `kps-prometheus` (9090) and `kps-alertmanager` (9093)."""
@@ -171,7 +191,11 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                 "resources": _resources(requests.KUBE_STATE_METRICS, "256Mi"),
             },
             # On every node (its chart tolerates every NoSchedule taint, the GPU taint included).
-            "prometheus-node-exporter": {"resources": _resources(requests.NODE_EXPORTER, "64Mi")},
+            # In the privileged node-agents namespace (`node_agents_namespace`), with its ServiceMonitor.
+            "prometheus-node-exporter": {
+                "namespaceOverride": NODE_AGENTS_NAMESPACE,
+                "resources": _resources(requests.NODE_EXPORTER, "64Mi"),
+            },
         },
         skip_crds=True,
     )
@@ -182,12 +206,13 @@ def kube_prometheus_stack_crds() -> list[str]:
 
 
 def dcgm_exporter_chart() -> HelmChart:
-    """On the GPU nodes only; its ServiceMonitor is scraped like any other (every namespace)."""
+    """On the GPU nodes only, in the node-agents namespace; its ServiceMonitor is scraped like any
+    other (every namespace)."""
     return HelmChart(
         chart="dcgm-exporter",
         version=versions.DCGM_EXPORTER_CHART_VERSION,
         repo=versions.DCGM_EXPORTER_CHART_REPO,
-        namespace=MONITORING_NAMESPACE,
+        namespace=NODE_AGENTS_NAMESPACE,
         values={
             "nodeSelector": dict(GPU_NODE_SELECTOR),
             "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
@@ -212,9 +237,69 @@ def storage_class(keep_volume: bool) -> dict[str, Any]:
 
 
 def monitoring_namespace() -> dict[str, Any]:
-    """node-exporter needs the host's network and PID namespaces and dcgm-exporter the kubelet's
-    pod-resources socket: privileged is enforced, baseline audited, so anything else stands out."""
-    return namespace(MONITORING_NAMESPACE, pod_security_labels("privileged", audit="baseline"))
+    """baseline enforced, restricted audited: nothing there needs a host namespace, a host path or a
+    capability once the node agents live in their own namespace. Not restricted: not every pod the
+    charts make (admission Jobs, Grafana's init containers) was read against it at the pinned versions;
+    the audit label reports any that would fail."""
+    return namespace(MONITORING_NAMESPACE, pod_security_labels("baseline"))
+
+
+def node_agents_namespace() -> dict[str, Any]:
+    """node-exporter needs the host's network and PID namespaces and host paths, dcgm-exporter the
+    kubelet's pod-resources socket and SYS_ADMIN: privileged enforced, baseline audited, so anything
+    else that lands here stands out. Nothing else runs here."""
+    return namespace(NODE_AGENTS_NAMESPACE, pod_security_labels("privileged", audit="baseline"))
+
+
+def monitoring_policies(settings: Settings) -> list[dict[str, Any]]:
+    """No IMDS; no ingress but: within the namespace (Grafana to Prometheus, Prometheus to
+    Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server (its service proxy,
+    which `ops status` queries Prometheus through, and the operator's admission webhook), and the Ray
+    head's dashboard, which asks Prometheus and Grafana for its metrics tabs (`head_dashboard_env`)."""
+    vpc = addresses(str(settings.network.vpc_cidr))
+    return [
+        no_instance_metadata(MONITORING_NAMESPACE),
+        *deny_ingress_but(
+            MONITORING_NAMESPACE,
+            [
+                Allow("within", "Grafana, Prometheus, Alertmanager, the operator", (SAME_NAMESPACE,), {}),
+                Allow(
+                    "api-server",
+                    "the service proxy to Prometheus (ops status), the operator's webhook",
+                    (vpc,),
+                    {},
+                    (Port("prometheus", PROMETHEUS_PORT), Port("webhook", OPERATOR_WEBHOOK_PORT)),
+                ),
+                Allow(
+                    "ray-dashboard",
+                    "the Ray dashboard's metrics tabs",
+                    (pods(RAY_HEAD_PODS, settings.serving.namespace),),
+                    {},
+                    (Port("prometheus", PROMETHEUS_PORT), Port("grafana", GRAFANA_CONTAINER_PORT)),
+                ),
+            ],
+        ),
+    ]
+
+
+def node_agents_policies() -> list[dict[str, Any]]:
+    """No IMDS; no ingress but Prometheus to dcgm-exporter. node-exporter runs on the host network,
+    where no policy applies (it listens on the node's 9100; the node's security group governs it)."""
+    return [
+        no_instance_metadata(NODE_AGENTS_NAMESPACE),
+        *deny_ingress_but(
+            NODE_AGENTS_NAMESPACE,
+            [
+                Allow(
+                    "prometheus",
+                    "GPU metrics",
+                    (pods(PROMETHEUS_PODS, MONITORING_NAMESPACE),),
+                    {},
+                    (Port("metrics", DCGM_EXPORTER_PORT),),
+                )
+            ],
+        ),
+    ]
 
 
 def _relabel_cluster() -> list[dict[str, Any]]:
@@ -409,8 +494,10 @@ def head_dashboard_env() -> dict[str, str]:
 @dataclass(frozen=True)
 class ObservabilityManifests:
     namespace: dict[str, Any]
-    network_policy: dict[str, Any]
-    """No instance metadata for the monitoring namespace."""
+    network_policies: list[dict[str, Any]]
+    node_agents_namespace: dict[str, Any]
+    """node-exporter and dcgm-exporter, privileged, apart from the rest."""
+    node_agents_policies: list[dict[str, Any]]
     storage_class: dict[str, Any]
     kube_prometheus_stack: HelmChart
     dcgm_exporter: HelmChart
@@ -427,7 +514,9 @@ class ObservabilityManifests:
 def build_observability(settings: Settings) -> ObservabilityManifests:
     return ObservabilityManifests(
         namespace=monitoring_namespace(),
-        network_policy=no_instance_metadata(MONITORING_NAMESPACE),
+        network_policies=monitoring_policies(settings),
+        node_agents_namespace=node_agents_namespace(),
+        node_agents_policies=node_agents_policies(),
         storage_class=storage_class(settings.observability.keep_volume_on_destroy),
         kube_prometheus_stack=kube_prometheus_stack_chart(settings),
         dcgm_exporter=dcgm_exporter_chart(),

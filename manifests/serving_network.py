@@ -17,27 +17,26 @@ from typing import Any, Literal
 from config import Settings
 from manifests import ray_ports
 from manifests.endpoint import GATEWAY_NAMESPACE, proxy_selector
-from manifests.network_policy import no_instance_metadata, policy
+from manifests.network_policy import (
+    PROMETHEUS_PODS,
+    RAY_HEAD_PODS,
+    RAY_PODS,
+    RAY_WORKER_PODS,
+    Port,
+    addresses,
+    no_instance_metadata,
+    pods,
+    policy,
+)
 from manifests.observability import MONITORING_NAMESPACE, head_metrics_ports
 
-RAY_POD = {"ray.io/is-ray-node": "yes", "app.kubernetes.io/created-by": "kuberay-operator"}
-"""KubeRay's labels on every Ray pod of every RayCluster it creates (NewCluster upgrades included)."""
-RAY_HEAD = {**RAY_POD, "ray.io/node-type": "head"}
-RAY_WORKER = {**RAY_POD, "ray.io/node-type": "worker"}
+RAY_POD = RAY_PODS
+RAY_HEAD = RAY_HEAD_PODS
+RAY_WORKER = RAY_WORKER_PODS
 READY_CHECK = {"app.kubernetes.io/component": "serve-ready-check"}
-PROMETHEUS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "prometheus-operator"}
-"""prometheus-operator's labels on Prometheus's pods (pkg/prometheus/statefulset.go)."""
 KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
 
 Peer = Literal["ray", "ray-workers", "gateway", "kuberay", "ready-check", "prometheus", "vpc"]
-
-
-@dataclass(frozen=True)
-class Port:
-    name: str
-    """The container port's name on the receiving pods (or the range's meaning)."""
-    port: int
-    end_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,25 +50,11 @@ class IngressPath:
     peer_selector: dict[str, Any] = field(default_factory=dict)
 
     def rule(self) -> dict[str, Any]:
-        ports = []
-        for p in self.ports:
-            entry: dict[str, Any] = {"protocol": "TCP", "port": p.port}
-            if p.end_port is not None:
-                entry["endPort"] = p.end_port
-            ports.append(entry)
-        return {"from": [self.peer_selector], "ports": ports}
+        return {"from": [self.peer_selector], "ports": [p.rule() for p in self.ports]}
 
 
 def _ports(names: dict[str, int], *wanted: str) -> tuple[Port, ...]:
     return tuple(Port(n, names[n]) for n in wanted)
-
-
-def _pods(labels: dict[str, str], namespace: str | None = None) -> dict[str, Any]:
-    """Pods with these labels in the policy's own namespace, or in `namespace`."""
-    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(labels)}}
-    if namespace is not None:
-        peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-    return peer
 
 
 def serving_paths(settings: Settings) -> list[IngressPath]:
@@ -78,7 +63,7 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
     worker = ray_ports.container_ports(head=False)
     workers_range = Port("worker-ports", ray_ports.MIN_WORKER_PORT, ray_ports.MAX_WORKER_PORT)
     node = ("node-manager", "object-manager", "runtime-env", "agent-grpc", "agent-http")
-    ray = _pods(RAY_POD)
+    ray = pods(RAY_POD)
     paths = [
         IngressPath(
             "ray",
@@ -100,26 +85,26 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
             "workers",
             _ports(worker, "nixl-side"),
             "vLLM's NIXL handshake between prefill and decode (the KV cache itself goes over EFA)",
-            _pods(RAY_WORKER),
+            pods(RAY_WORKER),
         ),
         IngressPath(
             "kuberay",
             "head",
             _ports(head, "dashboard", "serve"),
             "KubeRay submits the serve config to the dashboard and checks the head's Serve proxy",
-            _pods(KUBERAY_OPERATOR, settings.kuberay.namespace),
+            pods(KUBERAY_OPERATOR, settings.kuberay.namespace),
         ),
         IngressPath(
             "ready-check",
             "head",
             _ports(head, "dashboard"),
             "the serve readiness Job asks the dashboard which applications run",
-            _pods(READY_CHECK),
+            pods(READY_CHECK),
         ),
     ]
     if settings.endpoint.enabled:
         # KubeRay's serve Service selects the head and the workers: Serve runs a proxy on every node.
-        gateway = _pods(proxy_selector(settings.serving.name, settings.serving.namespace), GATEWAY_NAMESPACE)
+        gateway = pods(proxy_selector(settings.serving.name, settings.serving.namespace), GATEWAY_NAMESPACE)
         why = "Envoy's proxies to Serve's HTTP proxy"
         paths += [
             IngressPath("gateway", "head", _ports(head, "serve"), why, gateway),
@@ -128,7 +113,7 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
     else:
         # Without the gateway the API server's service proxy reaches Serve (`ops verify`); it comes
         # from the control plane's ENIs in the cluster's subnets, so the VPC's range, pods included.
-        vpc = {"ipBlock": {"cidr": str(settings.network.vpc_cidr)}}
+        vpc = addresses(str(settings.network.vpc_cidr))
         why = "the API server's service proxy (no gateway)"
         paths += [
             IngressPath("vpc", "head", _ports(head, "serve"), why, vpc),
@@ -136,7 +121,7 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
         ]
     if settings.observability.enabled:
         scraped_on_head = ("metrics", *(n for n in head_metrics_ports(settings)))
-        prometheus = _pods(PROMETHEUS, MONITORING_NAMESPACE)
+        prometheus = pods(PROMETHEUS_PODS, MONITORING_NAMESPACE)
         paths += [
             IngressPath("prometheus", "head", _ports(head, *scraped_on_head), "metrics", prometheus),
             IngressPath("prometheus", "workers", _ports(worker, "metrics"), "metrics", prometheus),

@@ -51,6 +51,9 @@ SECRET = "kubernetes:core/v1:Secret"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 
 ACCELERATED_AMI = re.compile(r"NVIDIA|GPU|NEURON")
 """EKS AMI types of GPU (and Neuron) nodes: AL2023_x86_64_NVIDIA, AL2_x86_64_GPU, BOTTLEROCKET_*_NVIDIA."""
@@ -428,6 +431,44 @@ def volumes_encrypted(resource_type: str, props: Mapping[str, Any], name: str, r
             report(f"{name}: an EBS StorageClass whose volumes are not encrypted (parameters.encrypted)")
 
 
+# --- Namespaces guarded ---------------------------------------------------------------------------
+
+
+def _denies_all_ingress(spec: Any) -> bool:
+    return (
+        _get(spec, "podSelector") in ({}, None)
+        and "Ingress" in (_get(spec, "policyTypes") or [])
+        and not _get(spec, "ingress")
+    )
+
+
+def namespaces_deny_ingress_and_enforce_pod_security(
+    resources: list[PolicyResource], report: ReportViolation
+) -> None:
+    """Every Namespace the stack creates states a Pod Security level it enforces and has a policy that
+    denies all ingress (so what is allowed is only what its other policies list), namespaces added
+    later included. A Namespace whose name is not known yet (computed) is skipped."""
+    denied = {
+        _get(r.props, "metadata", "namespace")
+        for r in resources
+        if r.resource_type == NETWORK_POLICY and _denies_all_ingress(_get(r.props, "spec"))
+    }
+    for r in resources:
+        if r.resource_type != NAMESPACE:
+            continue
+        name = _get(r.props, "metadata", "name")
+        if not isinstance(name, str):
+            continue
+        if not _get(r.props, "metadata", "labels", ENFORCE_LABEL):
+            report(f"{r.name}: namespace {name} has no {ENFORCE_LABEL} label; state its level", r.urn)
+        if name not in denied:
+            report(
+                f"{r.name}: namespace {name} has no NetworkPolicy denying all ingress; add one "
+                "(manifests/network_policy.py deny_ingress_but) and list the paths its pods need",
+                r.urn,
+            )
+
+
 # --- The pack -------------------------------------------------------------------------------------
 
 
@@ -501,6 +542,11 @@ POLICIES: list[Policy] = [
         config_schema=PolicyConfigSchema(
             properties={"servingNamespace": {"type": "string", "default": DEFAULT_SERVING_NAMESPACE}}
         ),
+    ),
+    _stack(
+        "namespaces-deny-ingress-and-enforce-pod-security",
+        "Every namespace the stack creates denies ingress by default and enforces a Pod Security level.",
+        namespaces_deny_ingress_and_enforce_pod_security,
     ),
     _resource(
         "volumes-encrypted",

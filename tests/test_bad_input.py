@@ -12,7 +12,7 @@ from config import ConfigError
 from config.settings import FIXED_NAMESPACES
 from manifests.endpoint import GATEWAY_NAMESPACE
 from manifests.load_balancer import CONTROLLER_NAMESPACE
-from manifests.observability import MONITORING_NAMESPACE
+from manifests.observability import MONITORING_NAMESPACE, NODE_AGENTS_NAMESPACE
 from planning.zones import StackRecord, plan_zones
 from tests.fakes import pulumi as fakes
 from tests.fakes.pulumi import run_stack, stack_settings
@@ -325,4 +325,9 @@ def test_the_gpu_zone_default_never_lands_where_the_type_is_not_offered():
 
 
 def test_the_namespaces_the_config_keeps_free_are_the_ones_the_charts_use():
-    assert set(FIXED_NAMESPACES) == {MONITORING_NAMESPACE, GATEWAY_NAMESPACE, CONTROLLER_NAMESPACE}
+    assert set(FIXED_NAMESPACES) == {
+        MONITORING_NAMESPACE,
+        NODE_AGENTS_NAMESPACE,
+        GATEWAY_NAMESPACE,
+        CONTROLLER_NAMESPACE,
+    }

@@ -46,7 +46,7 @@ def declared_ports(pod_spec: dict[str, Any]) -> dict[str, int]:
 
 class TestNoInstanceMetadata:
     @pytest.mark.parametrize(
-        "namespace", ["inference", "monitoring", "envoy-gateway-system", "kuberay-operator"]
+        "namespace", ["inference", "monitoring", "node-agents", "envoy-gateway-system", "kuberay-operator"]
     )
     def test_every_workload_namespace_denies_egress_to_imds_and_only_that(self, dev_stack, namespace):
         spec = policies(dev_stack)[(namespace, "no-instance-metadata")]["spec"]
@@ -247,3 +247,79 @@ class TestPeers:
         assert not [
             p for p in serving_paths(settings(observability={"enabled": False})) if p.peer == "prometheus"
         ]
+
+
+def ingress_allowed(run: StackRun, namespace: str) -> dict[str, tuple[dict[str, Any], list[dict], list]]:
+    """A namespace's allow policies: name -> (pods, peers, ports); asserts the default deny is there."""
+    found = {name: spec for (ns, name), spec in policies(run).items() if ns == namespace}
+    deny = found.pop("default-deny-ingress")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    found.pop("no-instance-metadata")
+    allowed = {}
+    for name, policy in found.items():
+        spec = policy["spec"]
+        assert spec["policyTypes"] == ["Ingress"], name
+        (rule,) = spec["ingress"]
+        allowed[name] = (spec["podSelector"], rule["from"], [p["port"] for p in rule.get("ports", [])])
+    return allowed
+
+
+PROMETHEUS = {
+    "podSelector": {
+        "matchLabels": {
+            "app.kubernetes.io/name": "prometheus",
+            "app.kubernetes.io/managed-by": "prometheus-operator",
+        }
+    },
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+}
+
+
+class TestEveryNamespaceWeOwnDeniesIngress:
+    """Default deny in every namespace the stack creates, and only the paths listed (issue 27)."""
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_every_namespace_has_a_default_deny(self, stack):
+        run = run_stack(stack=stack)
+        namespaces = {r.inputs["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")}
+        denied = {ns for (ns, name) in policies(run) if name == "default-deny-ingress"}
+        assert denied == namespaces
+        for policy in run.of_type(POLICY):
+            assert (
+                object_errors(dict(policy.inputs, apiVersion="networking.k8s.io/v1", kind="NetworkPolicy"))
+                == []
+            )
+
+    def test_monitoring_takes_its_own_pods_the_api_server_and_the_ray_dashboard(self, dev_stack):
+        vpc = {"ipBlock": {"cidr": str(settings("dev").network.vpc_cidr)}}
+        ray_head = {
+            "podSelector": {"matchLabels": RAY_HEAD},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "inference"}},
+        }
+        assert ingress_allowed(dev_stack, "monitoring") == {
+            "allow-within": ({}, [{"podSelector": {}}], []),
+            "allow-api-server": ({}, [vpc], [9090, 10250]),
+            "allow-ray-dashboard": ({}, [ray_head], [9090, 3000]),
+        }
+
+    def test_the_node_agents_take_prometheus_only(self, dev_stack):
+        assert ingress_allowed(dev_stack, "node-agents") == {"allow-prometheus": ({}, [PROMETHEUS], [9400])}
+
+    def test_the_kuberay_operator_takes_prometheus_only(self, dev_stack):
+        assert ingress_allowed(dev_stack, "kuberay-operator") == {
+            "allow-prometheus": ({}, [PROMETHEUS], [8080])
+        }
+
+    def test_the_gateway_takes_the_load_balancer_on_the_listener_and_health_ports_only(self, dev_stack):
+        vpc = {"ipBlock": {"cidr": str(settings("dev").network.vpc_cidr)}}
+        allowed = ingress_allowed(dev_stack, "envoy-gateway-system")
+        proxies, peers, ports = allowed.pop("allow-load-balancer")
+        assert (peers, ports) == ([vpc], [10080, 19003])
+        # the pods the NLB's Service selects
+        service = dev_stack.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs
+        assert proxies == {"matchLabels": service["spec"]["selector"]}
+        assert service["spec"]["ports"][0]["targetPort"] == 10080
+        assert allowed == {
+            "allow-within": ({}, [{"podSelector": {}}], []),
+            "allow-api-server": ({}, [vpc], [9443]),
+        }

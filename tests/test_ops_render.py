@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ops.cli import main
-from ops.render import KEY_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
+from ops.render import KEY_PLACEHOLDER, RAY_TOKEN_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
 from tests.fakes.pulumi import ROOT, STACKS, minimal_config, run_stack
 
@@ -84,6 +84,8 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
         (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in yaml.safe_load_all(out)
     }
     keys = documents.pop(("Secret", "inference", "ray-llm-api-keys"))
+    ray_token = documents.pop(("Secret", "inference", "ray-auth-token"))
+    assert ray_token["stringData"] == {"auth_token": RAY_TOKEN_PLACEHOLDER}
     # The EBS key is created by the program; render shows where its ARN goes.
     storage = ("StorageClass", None, "gp3")
     assert documents[storage]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER

@@ -414,6 +414,34 @@ def as_policy_resources(run: StackRun) -> list[PolicyResource]:
     return list(by_urn.values())
 
 
+class TestNamespacesGuarded:
+    NS = "kubernetes:core/v1:Namespace"
+    NP = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+    LABELS = {"pod-security.kubernetes.io/enforce": "baseline"}
+    DENY = {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+    def test_a_namespace_without_a_default_deny_or_a_level_is_rejected(self):
+        ns = resource(self.NS, {"metadata": {"name": "added-later"}}, "added")
+        allow = resource(
+            self.NP,
+            {"metadata": {"namespace": "added-later"}, "spec": {**self.DENY, "ingress": [{"from": []}]}},
+        )
+        found = violations("namespaces-deny-ingress-and-enforce-pod-security", ns, allow)
+        assert len(found) == 2
+        assert "no pod-security.kubernetes.io/enforce label" in found[0]
+        assert "no NetworkPolicy denying all ingress" in found[1]
+
+    def test_a_default_deny_elsewhere_does_not_count(self):
+        ns = resource(self.NS, {"metadata": {"name": "a", "labels": self.LABELS}})
+        deny = resource(self.NP, {"metadata": {"namespace": "b"}, "spec": self.DENY})
+        assert len(violations("namespaces-deny-ingress-and-enforce-pod-security", ns, deny)) == 1
+
+    def test_a_guarded_namespace_passes(self):
+        ns = resource(self.NS, {"metadata": {"name": "a", "labels": self.LABELS}})
+        deny = resource(self.NP, {"metadata": {"namespace": "a"}, "spec": self.DENY})
+        assert violations("namespaces-deny-ingress-and-enforce-pod-security", ns, deny) == []
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_stack_file_passes_every_rule(stack: str):
     run = run_stack(stack=stack)
