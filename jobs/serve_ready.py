@@ -12,9 +12,9 @@ them ends DEPLOY_FAILED or UNHEALTHY on our config, or when the deadline passes.
 it runs in a plain Python image.
 
 Environment: DASHBOARD_URL (`http://<rayservice>-head-svc.<ns>.svc:8265`, which follows the active
-Ray cluster), EXPECTED (path of the expected serveConfigV2 `applications` as JSON), RAY_AUTH_TOKEN
-(Ray's token, sent as `Authorization: Bearer`, which Ray 2.58's dashboard checks), DEADLINE_SECONDS,
-POLL_SECONDS.
+Ray cluster), EXPECTED (path of the expected serveConfigV2 `applications` as JSON),
+RAY_AUTH_TOKEN_FILE (Ray's token in the mounted Secret, sent as `Authorization: Bearer`, which Ray
+2.58's dashboard checks), DEADLINE_SECONDS, POLL_SECONDS.
 """
 
 from __future__ import annotations
@@ -69,6 +69,14 @@ def request(url: str, token: str | None) -> urllib.request.Request:
     return urllib.request.Request(url + APPLICATIONS_PATH, headers=headers)
 
 
+def read_token(path: str | None) -> str | None:
+    """Ray's token from the mounted Secret, None when the Job is given none."""
+    if not path:
+        return None
+    with open(path) as handle:
+        return handle.read().strip()
+
+
 def fetch(url: str, token: str | None = None) -> dict[str, Any]:
     with urllib.request.urlopen(request(url, token), timeout=30) as response:
         return json.load(response)
@@ -90,7 +98,7 @@ def wait(
         except urllib.error.HTTPError as error:
             if error.code in (401, 403):  # waiting cannot mend a token: say so now
                 return False, (
-                    f"the Ray dashboard refused the token ({error.code}): RAY_AUTH_TOKEN must be key "
+                    f"the Ray dashboard refused the token ({error.code}): RAY_AUTH_TOKEN_FILE must hold key "
                     "auth_token of the Secret the RayService's authOptions.secretName names"
                 )
             state, last = "waiting", f"Ray dashboard answered {error.code}"
@@ -107,9 +115,10 @@ def main() -> int:
     with open(os.environ["EXPECTED"]) as handle:
         expected = json.load(handle)
     url = os.environ["DASHBOARD_URL"].rstrip("/")
+    token = read_token(os.environ.get("RAY_AUTH_TOKEN_FILE"))
     ok, message = wait(
         expected,
-        lambda: fetch(url, os.environ.get("RAY_AUTH_TOKEN")),
+        lambda: fetch(url, token),
         float(os.environ.get("DEADLINE_SECONDS", "2400")),
         float(os.environ.get("POLL_SECONDS", "10")),
     )

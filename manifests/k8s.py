@@ -52,6 +52,7 @@ class ResourceRequirements(K8sModel):
 class VolumeMount(K8sModel):
     name: str
     mount_path: str
+    read_only: bool | None = None
 
 
 class Capabilities(K8sModel):
@@ -140,11 +141,17 @@ class ConfigMapVolumeSource(K8sModel):
     name: str
 
 
+class SecretVolumeSource(K8sModel):
+    secret_name: str
+    default_mode: int | None = None
+
+
 class Volume(K8sModel):
     name: str
     empty_dir: EmptyDirVolumeSource | None = None
     host_path: HostPathVolumeSource | None = None
     config_map: ConfigMapVolumeSource | None = None
+    secret: SecretVolumeSource | None = None
 
 
 class Toleration(K8sModel):

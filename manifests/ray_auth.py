@@ -23,4 +23,3 @@ from __future__ import annotations
 RAY_AUTH_SECRET = "ray-auth-token"
 RAY_AUTH_KEY = "auth_token"
 """The key KubeRay reads (utils/constant.go RAY_AUTH_TOKEN_SECRET_KEY)."""
-RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"

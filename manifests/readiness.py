@@ -16,10 +16,11 @@ import yaml
 
 from config import Settings, versions
 from manifests.jobs import ProgramJob, program_job, short_hash
-from manifests.k8s import EnvVar, EnvVarSource, ResourceRequirements, SecretKeySelector
-from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_AUTH_TOKEN_ENV
+from manifests.k8s import EnvVar, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount
+from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 
 DASHBOARD_PORT = 8265
+TOKEN_MOUNT = "/ray-auth"
 
 
 def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
@@ -39,13 +40,9 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
                 value=f"http://{serving.name}-head-svc.{serving.namespace}.svc:{DASHBOARD_PORT}",
             ),
             EnvVar(name="EXPECTED", value="/program/expected.json"),
-            # The dashboard's API wants Ray's token (manifests/ray_auth.py).
-            EnvVar(
-                name=RAY_AUTH_TOKEN_ENV,
-                value_from=EnvVarSource(
-                    secret_key_ref=SecretKeySelector(name=RAY_AUTH_SECRET, key=RAY_AUTH_KEY)
-                ),
-            ),
+            # The dashboard's API wants Ray's token (manifests/ray_auth.py), read from a file: a
+            # Secret in the environment shows in `kubectl describe`-adjacent places and crash dumps.
+            EnvVar(name="RAY_AUTH_TOKEN_FILE", value=f"{TOKEN_MOUNT}/{RAY_AUTH_KEY}"),
             # a little below the Job's deadline, so the check says what it saw before it is stopped
             EnvVar(name="DEADLINE_SECONDS", value=str(timeout - 30)),
         ],
@@ -54,4 +51,6 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
             requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "200m", "memory": "128Mi"}
         ),
         labels={"app.kubernetes.io/name": serving.name, "app.kubernetes.io/component": "serve-ready-check"},
+        volumes=[Volume(name="ray-auth", secret=SecretVolumeSource(secret_name=RAY_AUTH_SECRET))],
+        mounts=[VolumeMount(name="ray-auth", mount_path=TOKEN_MOUNT, read_only=True)],
     )

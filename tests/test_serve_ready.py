@@ -172,9 +172,11 @@ def run_program(
     """jobs/serve_ready.py as the Job runs it: a fresh interpreter, configured by its environment."""
     path = tmp_path / "expected.json"
     path.write_text(json.dumps(expected))
+    token_file = tmp_path / "auth_token"
+    token_file.write_text(token + "\n")
     env = {
         **os.environ,
-        "RAY_AUTH_TOKEN": token,
+        "RAY_AUTH_TOKEN_FILE": str(token_file),
         "DASHBOARD_URL": url,
         "EXPECTED": str(path),
         "DEADLINE_SECONDS": "5",
@@ -246,8 +248,11 @@ class TestTheJob:
         (container,) = pod["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["DASHBOARD_URL"] == "http://ray-llm-head-svc.inference.svc:8265"
-        (token,) = [e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN"]
-        assert token["valueFrom"]["secretKeyRef"] == {"name": "ray-auth-token", "key": "auth_token"}
+        # Ray's token as a file from its Secret, never in the environment
+        assert env["RAY_AUTH_TOKEN_FILE"] == "/ray-auth/auth_token"
+        assert {"name": "ray-auth", "mountPath": "/ray-auth", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "ray-auth", "secret": {"secretName": "ray-auth-token"}} in pod["volumes"]
+        assert not any("valueFrom" in e for e in container["env"])
         assert int(env["DEADLINE_SECONDS"]) < job.inputs["spec"]["activeDeadlineSeconds"]
         assert int(job.inputs["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) > int(
             job.inputs["spec"]["activeDeadlineSeconds"]
