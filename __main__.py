@@ -55,6 +55,7 @@ from planning.access import partition_of, plan_access
 from planning.catalog import Ec2InstanceType
 from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
 from planning.keys import key_choices, plan_key_changes
+from planning.names import copied_names, stack_files_beside
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
@@ -145,7 +146,8 @@ def main() -> None:
     access = plan_access(settings, creator)
     for message in (plan.hardware_summary(), plan.fit.summary(), *access.notes):
         pulumi.log.info(message)
-    for message in (*plan.warnings, *zones.warnings, *key_warnings):
+    copies = copied_names(stack, settings, stack_files_beside(Path(__file__).parent, stack))
+    for message in (*plan.warnings, *zones.warnings, *key_warnings, *copies):
         pulumi.log.warn(message)
 
     # Who may hand the stack's Pod Identity roles to pods: this account's EKS, for this cluster.

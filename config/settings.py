@@ -9,6 +9,7 @@ the stack file spells it (`ray-llm-eks:gpuNodes.instanceType`).
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from typing import Any, get_args
@@ -38,8 +39,26 @@ class ConfigError(ValueError):
         super().__init__("invalid stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def _aws_regions() -> tuple[str, ...]:
+    """Every region the pinned pulumi-aws provider knows (its `Region` enum), GovCloud and China
+    included."""
+    from pulumi_aws._enums import Region
+
+    return tuple(region.value for region in Region)
+
+
+def region_problem(region: str) -> str | None:
+    """Why `region` is not an AWS region, with the nearest names, or None."""
+    regions = _aws_regions()
+    if region in regions:
+        return None
+    near = difflib.get_close_matches(region, regions, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(near)}?" if near else f"; AWS's regions: {', '.join(regions)}"
+    return f"{region!r} is not an AWS region{hint}"
+
+
 class Settings(StrictModel):
-    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region, from `aws:region`.")
+    region: str = Field(description="AWS region, from `aws:region`.")
     network: NetworkConfig = Field(default_factory=NetworkConfig)  # type: ignore[arg-type]
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)  # type: ignore[arg-type]
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)  # type: ignore[arg-type]
@@ -210,6 +229,9 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
     region = raw.get(REGION_KEY)
     if not region:
         problems.append(f"{REGION_KEY}: not set; run `pulumi config set aws:region <region>`")
+        region = "us-east-1"  # a stand-in, so the sections are still checked
+    elif problem := region_problem(str(region)):
+        problems.append(f"{REGION_KEY}: {problem}")
         region = "us-east-1"  # a stand-in, so the sections are still checked
     data["region"] = region
     for name in sections:  # an absent section is all defaults, and its errors name its keys

@@ -54,11 +54,31 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--stack", required=True, metavar="NAME", help=stack_help)
         sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
 
+    plan = commands.add_parser(
+        "plan",
+        help="offline: what a preview would create, the hardware fit, the nodes and the hourly cost",
+        description="Run the Pulumi program under the test suite's mocks (no AWS, no Pulumi CLI) and print "
+        "what a first `pulumi up` would create, by component; the hardware and fit summaries; the nodes; "
+        "and the hourly cost by part, from your last preview's cached Price List answers or else from "
+        "the project's dated price snapshot (the report says which).",
+    )
+    of_stack(plan, "stack name: reads Pulumi.NAME.yaml")
+    preflight = commands.add_parser(
+        "preflight",
+        help="before `pulumi up`: Pulumi CLI, AWS CLI v2, credentials and account, region, EC2 vCPU quotas",
+        description="Check everything `pulumi up` needs from this machine and the account, all at once: the "
+        "Pulumi CLI, the AWS CLI v2, credentials (and the account they belong to), the stack's region, "
+        "and the EC2 On-Demand vCPU quotas there against both node groups at maxSize. Exits 2 when "
+        "anything is missing.",
+    )
+    of_stack(preflight, "stack name: reads Pulumi.NAME.yaml")
     render = commands.add_parser(
         "render",
-        help="print the serving Namespace and RayService as YAML, exactly as `pulumi up` creates them",
-        description="Print, offline, the serving Namespace and RayService of a stack as multi-document "
-        "YAML: the same functions the Pulumi program calls, so this is what `pulumi up` applies.",
+        help="print every Kubernetes object of the serving layer, endpoint and metrics stack as YAML",
+        description="Print, offline, the Kubernetes objects the stack applies itself (namespaces, network "
+        "policies, service accounts, jobs, the RayService, the gateway's objects, monitors, dashboards) "
+        "as multi-document YAML: the same functions the Pulumi program calls. Secrets are placeholders; "
+        "the Helm charts' own objects are not included.",
     )
     of_stack(render, "stack name: reads Pulumi.NAME.yaml")
     render.add_argument(
@@ -151,6 +171,10 @@ def main(
     try:
         if args.command == "render":
             return _render(args)
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "preflight":
+            return _preflight(args, run)
         if args.command == "dashboards":
             return _dashboards(args, run, popen, sleep)
         if args.command == "summary":
@@ -172,11 +196,30 @@ def _summary(args: argparse.Namespace, run: Runner) -> int:
 
     try:
         outputs = stack_outputs(args.stack, args.root, run)
-    except (RuntimeError, FileNotFoundError) as error:
+    except (RuntimeError, FileNotFoundError) as error:  # no Pulumi CLI, no stack: it cannot start
         print(f"ops: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     print(outputs_markdown(args.stack, outputs), end="")
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from ops.plan import plan_report
+    from ops.stack import load_stack_config
+
+    config = load_stack_config(args.root, args.stack)
+    settings = load_stack_settings(args.root, args.stack)
+    progress(f"running the program for stack {args.stack} under the mocks (a few seconds)")
+    sys.stdout.write(plan_report(args.stack, settings, config, args.root))
+    return 0
+
+
+def _preflight(args: argparse.Namespace, run: Runner) -> int:
+    from ops.preflight import format_findings, preflight
+
+    report, code = format_findings(preflight(load_stack_settings(args.root, args.stack), run))
+    sys.stdout.write(report)
+    return code
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -201,6 +244,13 @@ def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen, sleep: Call
     name = args.name or (settings.serving.name if settings else DEFAULT_NAME)
     chosen = forwards(namespace, name)
     with _kubeconfig(args, run) as kubeconfig:
+        from ops.kube import kubeconfig_path
+
+        if not kubeconfig_path(kubeconfig).is_file():
+            raise OpsError(
+                f"no kubeconfig at {kubeconfig_path(kubeconfig)}: give --stack or --kubeconfig", exit_code=2
+            )
+        _credentials_work(kubeconfig, run)
         print(describe(chosen, args.stack), flush=True)
         return run_forwards(chosen, kubeconfig, popen, sleep)
 
@@ -286,6 +336,15 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def _credentials_work(kubeconfig: Path | None, run: Runner) -> None:
+    """The kubeconfig's credential plugin first: its failure is one line and exit 2, not a 401 later."""
+    from ops.kube import exec_plugin_problem
+
+    problem = exec_plugin_problem(kubeconfig, run)
+    if problem:
+        raise OpsError(problem, exit_code=2)
+
+
 def _against_cluster(
     args: argparse.Namespace, connect: Connect, run: Runner, clock: Callable[[], float]
 ) -> int:
@@ -297,7 +356,9 @@ def _against_cluster(
     name = args.name or (settings.serving.name if settings else DEFAULT_NAME)
     if args.command == "status":
         with _kubeconfig(args, run) as kubeconfig:
+            _credentials_work(kubeconfig, run)
             api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(namespace, _serve_service(name))))
+            api.check_access()
             report = collect_status(api, namespace, name, progress)
             if settings:
                 report = replace(
@@ -313,9 +374,11 @@ def _against_cluster(
             "set autoscaling.parked: false and `pulumi up` first"
         )
     with _kubeconfig(args, run) as kubeconfig:
+        _credentials_work(kubeconfig, run)
         key = _api_key(args, settings, run)
         endpoint, headers, gateway = _http_route(args, settings, namespace, name, key)
         api = connect(ConnectOptions(kubeconfig, endpoint, args.base_url, headers))
+        api.check_access()
         model = args.model or (settings.model.id if settings else DEFAULT_MODEL)
         via = args.base_url or (
             f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"

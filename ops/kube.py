@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
+
+import yaml
 
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 """KubeRay labels every Ray pod `head` or `worker`."""
@@ -60,6 +64,11 @@ Headers = Mapping[str, str]
 class KubeApi(Protocol):
     """What the commands read from a cluster. HTTP paths are relative to the OpenAI API root `/v1`;
     `headers` None sends the connection's own (ConnectOptions.headers: the API key), `{}` none."""
+
+    def check_access(self) -> None:
+        """Raise OpsError (exit 2) unless the API server accepts our credentials: before any check, so
+        the API server's own 401 is never read as an answer of the gateway's."""
+        ...
 
     def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -176,6 +185,51 @@ class DirectHttp:
                 yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
 
 
+def kubeconfig_path(kubeconfig: Path | None) -> Path:
+    if kubeconfig:
+        return kubeconfig
+    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    return Path(first) if first else Path.home() / ".kube" / "config"
+
+
+def exec_plugin_problem(
+    kubeconfig: Path | None, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+) -> str | None:
+    """Run the kubeconfig's exec credential plugin (EKS: `aws eks get-token`) as the client would, and
+    say in one line why it fails: the client only logs such failures, and the API server then answers
+    401 to everything. None when the plugin gives a token, or the kubeconfig has no plugin."""
+    path = kubeconfig_path(kubeconfig)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None  # the client reports an unreadable kubeconfig itself
+    context_name = document.get("current-context")
+    contexts = {c.get("name"): c.get("context", {}) for c in document.get("contexts") or []}
+    user_name = contexts.get(context_name, {}).get("user")
+    users = {u.get("name"): u.get("user", {}) for u in document.get("users") or []}
+    plugin = (users.get(user_name) or {}).get("exec")
+    if not plugin:
+        return None
+    command = [plugin["command"], *(plugin.get("args") or [])]
+    env = {**os.environ, **{e["name"]: e["value"] for e in plugin.get("env") or []}}
+    shown = " ".join(command[:3])
+    try:
+        result = run(command, capture_output=True, text=True, env=env, timeout=60)
+    except FileNotFoundError:
+        return f"the kubeconfig's credential plugin `{plugin['command']}` is not installed (or not on PATH)"
+    except subprocess.TimeoutExpired:
+        return f"the kubeconfig's credential plugin `{shown}` did not answer in 60 s"
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout or "").strip().splitlines()
+        reason = next((line for line in reversed(lines) if line.strip()), f"exit {result.returncode}")
+        return f"`{shown}` failed: {reason.strip()[:300]} (AWS credentials for the cluster's account?)"
+    try:
+        token = json.loads(result.stdout)["status"]["token"]
+    except (ValueError, KeyError, TypeError):
+        return f"`{shown}` printed no ExecCredential token"
+    return None if token else f"`{shown}` gave an empty token"
+
+
 class KubeClient:
     """The real cluster, through the official `kubernetes` client and a kubeconfig (EKS kubeconfigs
     authenticate with an `aws eks get-token` exec plugin, which the client runs itself)."""
@@ -195,6 +249,22 @@ class KubeClient:
         self._endpoint = options.endpoint
         self._headers = dict(options.headers)
         self._direct = DirectHttp(options.base_url) if options.base_url else None
+
+    def check_access(self) -> None:
+        """GET /apis: EKS lets anonymous requests read only /version and the health checks, so a 401
+        or 403 here means the API server does not take our identity."""
+        try:
+            self._raw("/apis", "GET", _request_timeout=API_TIMEOUT_S)
+        except self._errors() as error:
+            status = getattr(error, "status", None)
+            if status in (401, 403):
+                raise OpsError(
+                    f"the API server refuses the kubeconfig's identity (HTTP {status}): it belongs to "
+                    "another account, or has no EKS access entry on the cluster (cluster.admins / "
+                    "viewers in the stack file)",
+                    exit_code=2,
+                ) from None
+            raise self._failure("cannot reach the API server", error) from None
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         import urllib3

@@ -170,9 +170,27 @@ def summarize_stream(lines: Iterable[str], start: float, clock: Clock) -> Stream
     )
 
 
+def kubernetes_status(body: str) -> bool:
+    """Whether an HTTP body is a Kubernetes API `Status` object (the API server speaking, not a proxied
+    application)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, TypeError):
+        return False
+    return isinstance(document, dict) and document.get("kind") == "Status" and "apiVersion" in document
+
+
 def check_key_required(api: KubeApi) -> CheckResult:
     """The gateway refuses a request without a key (Envoy's api_key_auth answers 401 itself)."""
     response = api.http_get(MODELS_PATH, headers={})
+    if response.status == 401 and kubernetes_status(response.body):
+        # The API server's own refusal (its Status object), not the gateway's: ours was never sent on.
+        return CheckResult(
+            CHECK_AUTH,
+            False,
+            "the API server answered 401 itself (a Kubernetes Status), so the gateway was never asked: "
+            "the kubeconfig's credentials are not accepted",
+        )
     if response.status == 401:
         return CheckResult(CHECK_AUTH, True, "a request without a key gets 401")
     if response.status == 200:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from config import ConfigError
-from tests.fakes.pulumi import STACKS, Secret, StackRun, minimal_config, run_stack
+from tests.fakes.pulumi import STACKS, Secret, StackRun, minimal_config, run_stack, stack_settings
 
 ROLE = "aws:iam/role:Role"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -30,7 +30,7 @@ class TestPodIdentityTrust:
     def test_every_role_trusts_only_its_clusters_pods_of_one_service_account(self, stack):
         run = run_stack(stack=stack)
         cluster = run.one("eks:index:Cluster").inputs["name"]
-        region = "sa-east-1" if stack == "dev" else "us-east-1"
+        region = stack_settings(stack).region
         identities = run.of_type(IDENTITY)
         assert len(identities) >= 4
         for identity in identities:

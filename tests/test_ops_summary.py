@@ -40,5 +40,5 @@ def test_a_failing_pulumi_is_a_failed_summary(capsys):
     def run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(command, 255, "", "error: no stack named 'x' found")
 
-    assert main(["summary", "--stack", "x"], run=run) == 1
+    assert main(["summary", "--stack", "x"], run=run) == 2  # it could not start: exit 2, as every command
     assert "no stack named" in capsys.readouterr().err

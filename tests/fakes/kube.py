@@ -84,6 +84,13 @@ class FakeKubeApi:
     first_event_s: float = 0.40
     event_interval_s: float = 0.05
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    access_error: OpsError | None = None
+    """Set: the API server refuses our identity (check_access raises it)."""
+
+    def check_access(self) -> None:
+        self.calls.append(("check_access",))
+        if self.access_error:
+            raise self.access_error
 
     def get_rayservice(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append(("get_rayservice", namespace, name))

@@ -32,8 +32,28 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import source_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
-"""Every example stack file's stack name: tests parametrize over these, never a hand-kept list."""
+STACK_FILES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+"""Every stack file's stack name, yours included: tests parametrize over these, never a hand-kept list."""
+
+
+def _config_problem(stack: str) -> str | None:
+    """Why a stack file's config is refused (the loader's own message), or None."""
+    from config import ConfigError, load_settings
+
+    try:
+        load_settings(yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"])
+    except ConfigError as error:
+        return str(error)
+    except (KeyError, TypeError, yaml.YAMLError) as error:
+        return f"not a stack file (a top-level `config:` map): {error}"
+    return None
+
+
+REFUSED_STACKS = {stack: problem for stack in STACK_FILES if (problem := _config_problem(stack))}
+"""Stack files the config loader refuses: one test names each with the loader's message
+(tests/test_stack.py), instead of every stack test failing on it."""
+STACKS = [stack for stack in STACK_FILES if stack not in REFUSED_STACKS]
+"""The stack files the program runs for: what the stack tests parametrize over."""
 PROJECT = "ray-llm-eks"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -45,15 +65,19 @@ EC2_INSTANCE_TYPES: dict[str, dict[str, Any]] = json.loads(
 CALLER_ARN = "arn:aws:sts::123456789012:assumed-role/deployer/ci-session"
 NLB_HOSTNAME = "k8s-envoygat-rayllmga-0123456789-0123456789abcdef.elb.sa-east-1.amazonaws.com"
 """The DNS name the mocked load balancer controller gives every NLB."""
-FAKE_PRICES = {
-    "AmazonEKS": 0.10,
-    "NAT Gateway": 0.045,
-    "Load Balancer-Network": 0.0225,
-    "g6.8xlarge": 2.0144,
-    "m7i.2xlarge": 0.4032,
-    "m7i.xlarge": 0.2016,
-}
-"""USD per hour the mocked Price List API answers (made-up figures in the shape of real ones)."""
+
+
+def _fake_prices() -> dict[str, float]:
+    from planning.price_snapshot import PRICES
+
+    service = {"eks": "AmazonEKS", "nat": "NAT Gateway", "nlb": "Load Balancer-Network"}
+    return {service.get(key, key.removeprefix("ec2:")): price for key, price in PRICES.items()}
+
+
+FAKE_PRICES = _fake_prices()
+"""USD per hour the mocked Price List API answers, in every region: the project's price snapshot
+(planning/price_snapshot.py), so any type the catalog knows has a price. A type missing from it gets
+"no price", as the real API gives for a type a region does not sell."""
 
 
 def price_product(service_code: str, filters: dict[str, str]) -> str | None:
@@ -94,7 +118,8 @@ def price_product(service_code: str, filters: dict[str, str]) -> str | None:
 
 """Who runs `pulumi up` in the mocked world (STS GetCallerIdentity)."""
 
-# Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge).
+# Zones that offer each instance type in the mocked world, per region (sa-east-1c lacks g6.8xlarge);
+# any other region offers every type in its zones a, b and c (StackMocks `any_region`).
 DEFAULT_OFFERINGS = {
     "sa-east-1": {
         "g6.8xlarge": ["sa-east-1a", "sa-east-1b"],
@@ -258,8 +283,17 @@ ARN_OF = {
 
 
 class StackMocks(pulumi_mocks.Mocks):
-    def __init__(self, offerings: dict[str, dict[str, list[str]]], aws: AwsState, region: str = "sa-east-1"):
+    def __init__(
+        self,
+        offerings: dict[str, dict[str, list[str]]],
+        aws: AwsState,
+        region: str = "sa-east-1",
+        any_region: bool = False,
+    ):
+        """`any_region`: a region `offerings` does not model offers every type in its zones a, b and c
+        (how a stack file for any region runs in the mocked world)."""
         self.offerings = offerings
+        self.any_region = any_region
         self.aws = aws
         self.region = region
         self.calls: list[tuple[str, dict]] = []
@@ -298,7 +332,11 @@ class StackMocks(pulumi_mocks.Mocks):
         self.calls.append((args.token, dict(args.args)))
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted = args.args["filters"][0]["values"][0]
-            zones = self.offerings.get(args.args["region"], {}).get(wanted, [])
+            region = args.args["region"]
+            if self.any_region and region not in self.offerings:
+                zones = [f"{region}{letter}" for letter in "abc"]
+            else:
+                zones = self.offerings.get(region, {}).get(wanted, [])
             result = {
                 "id": "offerings",
                 "locations": zones,
@@ -494,6 +532,7 @@ def run_stack(
         offerings if offerings is not None else DEFAULT_OFFERINGS,
         aws or AwsState(),
         str(values.get("aws:region")),
+        any_region=offerings is None,
     )
     monitor = RecordingMonitor(mocks)
     logger = logging.getLogger(f"stack-run-{id(mocks)}")

@@ -1,0 +1,144 @@
+"""`ops plan`: what a `pulumi preview` of a stack would show, offline, in one screen.
+
+The Pulumi program runs under the mocks the test suite uses (tests/fakes/pulumi.py: no Pulumi CLI, no
+AWS, no cluster), so what it registers is what a preview of a first `up` would create. The report:
+the preview's warnings, the hardware and fit summaries the program logs, the nodes, the resources by
+component, and the hourly cost by part. Prices come from the Price List answers your last preview
+cached (`.cache/prices.json`, a day at most) when there are any, else from the project's dated
+snapshot (planning/price_snapshot.py); the report says which.
+
+What the mocks cannot know, it says it does not know: the zones are the mocked world's (a region's
+zones a, b and c, each offering every type; the preview asks EC2), the account is 123456789012, and
+children of pulumi-eks' and the charts' components are not counted (they register in the engine).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from config import Settings
+from ops.kube import OpsError
+from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
+from planning.price_snapshot import snapshot_prices
+
+COST_HEADER = "hourly on-demand cost"
+"""How the program's own cost report begins (planning/cost.py): the plan shows its own, labelled."""
+PLACEHOLDER_SECRET = "plan-placeholder-for-a-value-encrypted-in-the-stack-file"
+
+
+def without_secrets(value: Any) -> tuple[Any, bool]:
+    """The stack file's values with every `{secure: ...}` replaced by a placeholder (the plan cannot
+    decrypt them, and needs none of them), and whether there was one."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return PLACEHOLDER_SECRET, True
+        found = False
+        out = {}
+        for key, item in value.items():
+            out[key], secret = without_secrets(item)
+            found |= secret
+        return out, found
+    if isinstance(value, list):
+        items = [without_secrets(item) for item in value]
+        return [item for item, _ in items], any(secret for _, secret in items)
+    return value, False
+
+
+def run_offline(stack: str, config: dict[str, Any]) -> Any:
+    """The program under the suite's mocks; its errors as OpsError (exit 2: the stack cannot plan)."""
+    try:
+        from tests.fakes.pulumi import run_stack
+    except ImportError as error:  # a copy without tests/: say what is missing
+        raise OpsError(f"ops plan runs the program under tests/fakes; {error}", exit_code=2) from None
+    values: dict[str, Any] = {}
+    secrets: dict[str, Any] = {}
+    for key, value in config.items():
+        plain, secret = without_secrets(value)
+        (secrets if secret else values)[key] = plain
+    try:
+        return run_stack(values, stack=stack, secrets=secrets or None)
+    except Exception as error:  # the program's own refusal, as a preview would print it
+        message = str(error).strip().splitlines()
+        raise OpsError(
+            "the program refuses this stack (as `pulumi preview` would):\n" + "\n".join(message[-12:]),
+            exit_code=2,
+        ) from None
+
+
+def resources_by_component(run: Any) -> list[tuple[str, int, Counter[str]]]:
+    """Each top-level component (or a resource of the stack's own), with the resources under it."""
+    groups: dict[str, Counter[str]] = {}
+    for reg in run.registrations:
+        if not reg.custom or reg.type.startswith("pulumi:providers:"):
+            continue
+        chain = run.ancestors(reg)
+        top = f"{chain[-1].name} ({chain[-1].type.split(':')[-1]})" if chain else "(the stack itself)"
+        groups.setdefault(top, Counter())[short_type(reg.type)] += 1
+    return sorted(((name, sum(c.values()), c) for name, c in groups.items()), key=lambda g: -g[1])
+
+
+def short_type(token: str) -> str:
+    """`aws:ec2/subnet:Subnet` -> `aws Subnet`, `kubernetes:core/v1:Namespace` -> `k8s Namespace`."""
+    package, _, rest = token.partition(":")
+    package = {"kubernetes": "k8s"}.get(package, package)
+    return f"{package} {rest.rsplit(':', 1)[-1]}"
+
+
+def prices_for(
+    settings: Settings, cache_path: Path, clock: Callable[[], float]
+) -> tuple[dict[str, float | None], str]:
+    keys = [query.key for query in price_queries(settings)]
+    cached = PriceCache(cache_path, clock).prices(settings.region, keys)
+    if all(price is not None for price in cached.values()):
+        return cached, "AWS Price List API, as your last preview cached it (a day at most)"
+    return snapshot_prices(settings.region, keys)
+
+
+def plan_report(
+    stack: str,
+    settings: Settings,
+    config: dict[str, Any],
+    root: Path,
+    clock: Callable[[], float] = time.time,
+) -> str:
+    run = run_offline(stack, config)
+    gpu, system = settings.gpu_nodes, settings.system_nodes
+    zones = run.exports.get("clusterZones") or []
+    lines = [
+        f"Plan of stack {stack} in {settings.region}: the program under the test suite's mocks (no AWS, no "
+        "Pulumi CLI). `pulumi preview` asks AWS and may differ in zones and names.",
+        "",
+    ]
+    if run.warnings:
+        lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
+    summaries = []
+    skipping = False
+    for message in run.infos:
+        skipping = message.startswith(COST_HEADER) or (skipping and message.startswith("  "))
+        if not skipping and not message.startswith(COST_HEADER):
+            summaries.append(message)
+    lines += ["Hardware and fit:", *(f"  {m}" for m in summaries), ""]
+    gpu_nodes = "0 (parked)" if settings.autoscaling.parked else str(gpu.desired_size)
+    lines += [
+        "Nodes:",
+        f"  system: {system.desired_size} x {system.instance_type} (up to {system.max_size})",
+        f"  GPU: {gpu_nodes} x {gpu.instance_type} in {run.exports.get('gpuAvailabilityZone', '?')} "
+        f"(min {gpu.min_size}, max {gpu.max_size}); cluster zones (mocked): {', '.join(zones)}",
+        "",
+    ]
+    groups = resources_by_component(run)
+    total = sum(count for _, count, _ in groups)
+    lines.append(f"Resources a first `up` creates ({total}, not counting pulumi-eks' and Helm's children):")
+    for name, count, types in groups:
+        shown = ", ".join(f"{n} {t}" for t, n in types.most_common(4))
+        extra = len(types) - 4
+        more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
+        lines.append(f"  {count:>3}  {name}: {shown}{more}")
+    prices, source = prices_for(settings, root / PRICE_CACHE, clock)
+    report = cost_report(settings, prices, len(zones) or 2).format().splitlines()
+    lines += ["", f"Cost ({source}):", *report[1:]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,157 @@
+"""`ops preflight`: everything `pulumi up` needs from this machine and the AWS account, checked at once
+before anything is built (`make up` runs it first).
+
+Checked: the Pulumi CLI; the AWS CLI, version 2 (the kubeconfig's `aws eks get-token` and
+EKS Pod Identity need it); credentials, and the account and identity they belong to; the stack's
+region; and the EC2 On-Demand vCPU quotas there against what the stack may run at most (maxSize of
+each node group). Every problem is reported, each on one line with what to do; exit 2 when any is
+found, 0 when none.
+
+The quotas are Service Quotas' "Running On-Demand ..." vCPU limits per instance family class
+(L-DB2E81BA G and VT, L-417A185B P, L-1216C47A Standard), which EC2 enforces when the node groups
+launch; a quota Service Quotas does not answer is a warning, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+
+from config import Settings
+from ops.stack import Runner
+from planning.catalog import CATALOG
+
+QUOTAS = {
+    "G": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "VT": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "P": ("L-417A185B", "Running On-Demand P instances"),
+}
+STANDARD_QUOTA = ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+
+
+def quota_of(instance_type: str) -> tuple[str, str]:
+    """The vCPU quota a type counts against, by its family's letters (g6e -> G, p5 -> P, vt1 -> VT)."""
+    family = instance_type.upper()
+    return QUOTAS.get("VT" if family.startswith("VT") else family[:1], STANDARD_QUOTA)
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    what: str
+    detail: str
+    fatal: bool = True
+
+
+def _run(run: Runner, command: list[str]) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return run(command, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, 124, "", "timed out after 60 s")
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[-1][:200] if (text or "").strip() else ""
+
+
+def vcpus_needed(settings: Settings) -> dict[tuple[str, str], int]:
+    """The vCPUs each quota must allow for both node groups at maxSize."""
+    needed: dict[tuple[str, str], int] = {}
+    for nodes in (settings.system_nodes, settings.gpu_nodes):
+        spec = CATALOG.get(nodes.instance_type)
+        vcpus = spec.vcpu if spec else nodes.instance_spec.vcpu if nodes.instance_spec else None
+        if vcpus is None:
+            continue
+        quota = quota_of(nodes.instance_type)
+        needed[quota] = needed.get(quota, 0) + vcpus * nodes.max_size
+    return needed
+
+
+def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]:
+    findings: list[Finding] = []
+    pulumi = _run(run, ["pulumi", "version"])
+    if pulumi is None:
+        findings.append(Finding(False, "Pulumi CLI", "not on PATH: https://www.pulumi.com/docs/install/"))
+    else:
+        findings.append(
+            Finding(pulumi.returncode == 0, "Pulumi CLI", _first_line(pulumi.stdout or pulumi.stderr))
+        )
+    aws = _run(run, ["aws", "--version"])
+    if aws is None:
+        findings.append(
+            Finding(False, "AWS CLI v2", "not on PATH: https://docs.aws.amazon.com/cli/latest/userguide/")
+        )
+        return findings  # nothing below can be asked without it
+    version = _first_line(aws.stdout or aws.stderr)
+    if version.startswith("aws-cli/2."):
+        findings.append(Finding(True, "AWS CLI v2", version))
+    else:
+        findings.append(Finding(False, "AWS CLI v2", f"{version or 'unknown version'}: install version 2"))
+    region = settings.region
+    identity = _run(run, ["aws", "sts", "get-caller-identity", "--output", "json", "--region", region])
+    if identity is None or identity.returncode != 0:
+        reason = _first_line(identity.stderr if identity else "")
+        findings.append(
+            Finding(
+                False, "AWS credentials", f"{reason or 'none'}: run `aws configure sso` or set AWS_PROFILE"
+            )
+        )
+        return findings
+    who = json.loads(identity.stdout)
+    findings.append(Finding(True, "AWS credentials", f"account {who['Account']} as {who['Arn']}"))
+    zones = _run(run, ["aws", "ec2", "describe-availability-zones", "--region", region, "--output", "json"])
+    if zones is None or zones.returncode != 0:
+        reason = _first_line(zones.stderr if zones else "")
+        findings.append(
+            Finding(
+                False, f"region {region}", f"{reason}: enable the region for the account, or pick another"
+            )
+        )
+        return findings
+    names = [z["ZoneName"] for z in json.loads(zones.stdout).get("AvailabilityZones", [])]
+    findings.append(Finding(True, f"region {region}", f"{len(names)} zones"))
+    for (code, name), needed in sorted(vcpus_needed(settings).items()):
+        answer = _run(
+            run,
+            [
+                "aws",
+                "service-quotas",
+                "get-service-quota",
+                "--service-code",
+                "ec2",
+                "--quota-code",
+                code,
+                "--region",
+                region,
+                "--output",
+                "json",
+            ],
+        )
+        if answer is None or answer.returncode != 0:
+            reason = _first_line(answer.stderr if answer else "")
+            findings.append(
+                Finding(False, name, f"not answered ({reason}); check it in the console", fatal=False)
+            )
+            continue
+        limit = float(json.loads(answer.stdout)["Quota"]["Value"])
+        ok = limit >= needed
+        advice = "" if ok else f"; request {needed} vCPUs: Service Quotas console, EC2, quota {code}"
+        findings.append(Finding(ok, name, f"{limit:g} vCPUs, the stack needs up to {needed}{advice}"))
+    return findings
+
+
+def format_findings(findings: list[Finding]) -> tuple[str, int]:
+    lines = []
+    for f in findings:
+        mark = "ok  " if f.ok else ("FAIL" if f.fatal else "warn")
+        lines.append(f"{mark}  {f.what}: {f.detail}")
+    failed = [f for f in findings if not f.ok and f.fatal]
+    lines.append(
+        "preflight: ready for `pulumi up`"
+        if not failed
+        else f"preflight: {len(failed)} problem(s) to fix before `pulumi up`"
+    )
+    return "\n".join(lines) + "\n", 2 if failed else 0

@@ -1,0 +1,292 @@
+"""A newcomer's first hour (issue 28): a stack file of their own works in the suite and offline, `ops
+plan` shows what they would get and what it costs, `ops preflight` names every missing prerequisite,
+ops commands exit 0/1/2 by one rule, and mistakes are named for what they are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from config import ConfigError, load_settings
+from ops.cli import main
+from ops.kube import OpsError, exec_plugin_problem
+from ops.preflight import format_findings, preflight, quota_of, vcpus_needed
+from planning.catalog import CATALOG
+from planning.names import copied_names, stack_files_beside
+from planning.price_snapshot import PRICES, SNAPSHOT_DATE, snapshot_prices
+from tests.fakes.kube import connect_with, healthy_cluster
+from tests.fakes.pulumi import ROOT, minimal_config, run_stack
+from tests.test_ops_gateway import KEYS, KUBECONFIG, gateway_cluster, pulumi_outputs
+
+
+def write_stack(root: Path, name: str, config: dict[str, Any]) -> None:
+    (root / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+class TestAStackFileOfYourOwn:
+    def test_a_region_and_who_reaches_the_api_is_all_a_stack_file_needs(self):
+        run = run_stack(minimal_config("us-west-2"), stack="staging")
+        assert run.exports["clusterZones"] == ["us-west-2a", "us-west-2b", "us-west-2c"]
+        assert run.of_type("kubernetes:ray.io/v1:RayService")
+        assert not [w for w in run.warnings if "price" in w]  # the catalog's types all have a price
+
+    def test_a_region_alone_is_refused_naming_the_key_and_the_fix(self):
+        with pytest.raises(ConfigError, match=r"cluster\.publicAccessCidrs: required.*checkip"):
+            load_settings({"aws:region": "us-west-2"})
+
+    def test_a_region_typo_is_named_as_one(self):
+        with pytest.raises(
+            ConfigError, match=r"aws:region: 'us-wes-2' is not an AWS region; did you mean us-west-2"
+        ):
+            load_settings(minimal_config("us-wes-2"))
+
+    def test_every_catalogued_type_has_a_snapshot_price_but_capacity_block_only_ones(self):
+        missing = {name for name in CATALOG if f"ec2:{name}" not in PRICES}
+        assert missing == {"p5e.48xlarge"}
+
+    def test_the_snapshot_says_when_it_stands_in_for_another_region(self):
+        prices, label = snapshot_prices("sa-east-1", ["ec2:g6.8xlarge", "nat"])
+        assert prices == {"ec2:g6.8xlarge": 2.0144, "nat": 0.045}
+        assert SNAPSHOT_DATE in label and "us-east-1 figures standing in for sa-east-1" in label
+        assert "standing in" not in snapshot_prices("us-east-1", ["nat"])[1]
+
+
+class TestCopiedNames:
+    def test_a_copied_cluster_name_in_the_same_region_and_a_copied_bucket_warn(self, tmp_path):
+        dev = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+        copy = {**dev, "ray-llm-eks:modelCache": {"bucket": "team-models"}}
+        write_stack(tmp_path, "dev", {**dev, "ray-llm-eks:modelCache": {"bucket": "team-models"}})
+        write_stack(tmp_path, "mine", copy)
+        warnings = copied_names("mine", load_settings(copy), stack_files_beside(tmp_path, "mine"))
+        assert len(warnings) == 2
+        assert "cluster.name ray-llm-multinode is also Pulumi.dev.yaml's cluster in sa-east-1" in warnings[0]
+        assert "modelCache.bucket team-models is also Pulumi.dev.yaml's" in warnings[1]
+
+    def test_another_region_or_default_names_do_not(self, tmp_path):
+        dev = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+        write_stack(tmp_path, "dev", dev)
+        elsewhere = {**dev, "aws:region": "us-east-1"}
+        assert copied_names("mine", load_settings(elsewhere), stack_files_beside(tmp_path, "mine")) == []
+        plain = minimal_config("sa-east-1")
+        assert copied_names("mine", load_settings(plain), stack_files_beside(tmp_path, "mine")) == []
+
+    def test_the_example_stack_files_name_nothing_twice(self):
+        for stack in ("dev", "prod"):
+            config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+            assert copied_names(stack, load_settings(config), stack_files_beside(ROOT, stack)) == []
+
+
+class TestPlan:
+    def test_plan_prints_resources_fit_nodes_and_a_labelled_cost(self, capsys):
+        assert main(["plan", "--stack", "dev"]) == 0
+        out = capsys.readouterr().out
+        assert "Plan of stack dev in sa-east-1" in out
+        assert "model fits g6.8xlarge" in out
+        assert "GPU: 2 x g6.8xlarge in sa-east-1a" in out
+        assert "network (Network): 4 aws Subnet" in out
+        assert f"Cost (price snapshot of {SNAPSHOT_DATE}, us-east-1 figures standing in for sa-east-1" in out
+        assert "serving, GPU nodes at desiredSize: $4.60/h" in out
+        assert out.count("hourly on-demand cost") == 0  # the program's own, unlabelled, is replaced
+        assert len(out.splitlines()) < 60
+
+    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys):
+        config = minimal_config("us-east-1")
+        write_stack(tmp_path, "mine", config)
+        (tmp_path / "__main__.py").write_text("")
+        cache = tmp_path / ".cache" / "prices.json"
+        cache.parent.mkdir()
+        import time
+
+        keys = ["eks", "ec2:m7i.2xlarge", "ec2:g6.8xlarge", "nat", "nlb"]
+        cache.write_text(
+            json.dumps({f"us-east-1/{k}": {"usd_per_hour": 1.0, "at": time.time()} for k in keys})
+        )
+        assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert "Cost (AWS Price List API, as your last preview cached it" in out
+
+    def test_a_stack_the_program_refuses_is_exit_2_with_its_message(self, tmp_path, capsys):
+        write_stack(
+            tmp_path,
+            "mine",
+            minimal_config(
+                "us-west-2", gpuNodes={"instanceType": "g6.8xlarge", "desiredSize": 9, "maxSize": 2}
+            ),
+        )
+        assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 2
+        assert "gpuNodes" in capsys.readouterr().err
+
+
+def answers(table: dict[str, tuple[int, str, str] | None]):
+    """A fake runner: the first word(s) of a command -> (exit, stdout, stderr); None: not installed."""
+
+    def run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        for prefix, answer in table.items():
+            if " ".join(command).startswith(prefix):
+                if answer is None:
+                    raise FileNotFoundError(command[0])
+                return subprocess.CompletedProcess(command, *answer)
+        raise AssertionError(f"unexpected command {command}")
+
+    return run
+
+
+IDENTITY = json.dumps({"Account": "123456789012", "Arn": "arn:aws:sts::123456789012:assumed-role/dev/me"})
+ZONES = json.dumps({"AvailabilityZones": [{"ZoneName": "sa-east-1a"}, {"ZoneName": "sa-east-1b"}]})
+
+
+def quota(value: float) -> tuple[int, str, str]:
+    return 0, json.dumps({"Quota": {"Value": value}}), ""
+
+
+class TestPreflight:
+    def settings(self):
+        return load_settings(yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"])
+
+    def test_names_every_missing_tool_at_once(self):
+        found = preflight(self.settings(), answers({"pulumi": None, "aws": None}))
+        report, code = format_findings(found)
+        assert code == 2
+        assert "FAIL  Pulumi CLI: not on PATH" in report and "FAIL  AWS CLI v2: not on PATH" in report
+
+    def test_aws_cli_v1_and_no_credentials(self):
+        run = answers(
+            {
+                "pulumi version": (0, "v3.200.0\n", ""),
+                "aws --version": (0, "aws-cli/1.45.11 Python/3.11.7\n", ""),
+                "aws sts": (255, "", "\nUnable to locate credentials. You can configure credentials\n"),
+            }
+        )
+        report, code = format_findings(preflight(self.settings(), run))
+        assert code == 2
+        assert "FAIL  AWS CLI v2: aws-cli/1.45.11 Python/3.11.7: install version 2" in report
+        assert "FAIL  AWS credentials: Unable to locate credentials" in report
+
+    def test_a_gpu_quota_below_what_the_stack_may_run(self):
+        run = answers(
+            {
+                "pulumi version": (0, "v3.200.0\n", ""),
+                "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
+                "aws sts": (0, IDENTITY, ""),
+                "aws ec2 describe-availability-zones": (0, ZONES, ""),
+                "aws service-quotas get-service-quota --service-code ec2 --quota-code L-DB2E81BA": quota(32),
+                "aws service-quotas get-service-quota --service-code ec2 --quota-code L-1216C47A": quota(640),
+            }
+        )
+        report, code = format_findings(preflight(self.settings(), run))
+        assert code == 2, report
+        assert "ok    AWS credentials: account 123456789012" in report
+        assert "FAIL  Running On-Demand G and VT instances: 32 vCPUs, the stack needs up to 64" in report
+        assert "ok    Running On-Demand Standard" in report
+
+    def test_quotas_by_family(self):
+        assert quota_of("g6e.12xlarge")[0] == "L-DB2E81BA"
+        assert quota_of("p5.48xlarge")[0] == "L-417A185B"
+        assert quota_of("m7i.2xlarge")[0] == "L-1216C47A"
+        assert vcpus_needed(self.settings()) == {
+            ("L-DB2E81BA", "Running On-Demand G and VT instances"): 64,
+            ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"): 16,
+        }
+
+    def test_the_command_exits_2_on_a_problem(self, capsys):
+        assert main(["preflight", "--stack", "dev"], run=answers({"pulumi": None, "aws": None})) == 2
+
+
+EXEC_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "current-context": "eks",
+    "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "eks"}}],
+    "clusters": [{"name": "eks", "cluster": {"server": "https://example.eks.amazonaws.com"}}],
+    "users": [
+        {
+            "name": "eks",
+            "user": {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "aws",
+                    "args": ["eks", "get-token", "--cluster-name", "c", "--output", "json"],
+                }
+            },
+        }
+    ],
+}
+
+
+class TestCredentialsFirst:
+    def kubeconfig(self, tmp_path) -> Path:
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(EXEC_KUBECONFIG))
+        return path
+
+    def test_no_aws_cli(self, tmp_path):
+        problem = exec_plugin_problem(self.kubeconfig(tmp_path), answers({"aws": None}))
+        assert problem == "the kubeconfig's credential plugin `aws` is not installed (or not on PATH)"
+
+    def test_no_credentials_is_one_line_naming_the_plugin(self, tmp_path):
+        run = answers({"aws eks get-token": (255, "", "\nUnable to locate credentials.\n")})
+        problem = exec_plugin_problem(self.kubeconfig(tmp_path), run)
+        assert problem == (
+            "`aws eks get-token` failed: Unable to locate credentials. "
+            "(AWS credentials for the cluster's account?)"
+        )
+
+    def test_a_token_is_fine(self, tmp_path):
+        token = json.dumps({"kind": "ExecCredential", "status": {"token": "k8s-aws-v1.x"}})
+        assert exec_plugin_problem(self.kubeconfig(tmp_path), answers({"aws eks": (0, token, "")})) is None
+
+    def test_verify_without_credentials_exits_2_before_any_check(self, tmp_path, capsys):
+        run = answers({"aws eks get-token": (255, "", "Unable to locate credentials.")})
+        code = main(
+            ["verify", "--kubeconfig", str(self.kubeconfig(tmp_path))],
+            connect=connect_with(healthy_cluster()),
+            run=run,
+        )
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == ""
+        assert captured.err.count("\n") == 1 and "Unable to locate credentials" in captured.err
+
+    def test_an_identity_the_api_server_refuses_exits_2_not_a_false_pass(self, capsys):
+        cluster = gateway_cluster()
+        cluster.access_error = OpsError(
+            "the API server refuses the kubeconfig's identity (HTTP 401)", exit_code=2
+        )
+        run = pulumi_outputs(kubeconfig=KUBECONFIG, apiKeys=KEYS)
+        code = main(["verify", "--stack", "dev", "--root", str(ROOT)], connect=connect_with(cluster), run=run)
+        captured = capsys.readouterr()
+        assert code == 2 and "PASS" not in captured.out
+        assert "refuses the kubeconfig's identity" in captured.err
+
+    def test_the_api_servers_own_401_is_never_the_gateways(self):
+        from ops.kube import HttpResponse
+        from ops.verify import check_key_required
+
+        status = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401})
+
+        class ApiServer401:
+            def http_get(self, path, headers=None):
+                return HttpResponse(401, status)
+
+        result = check_key_required(ApiServer401())  # type: ignore[arg-type]
+        assert not result.passed and "the API server answered 401 itself" in result.reason
+
+
+class TestExitCodes:
+    """0 success, 1 a check failed, 2 the command could not start: for every subcommand."""
+
+    def test_summary_without_pulumi_is_2(self, capsys):
+        assert main(["summary", "--stack", "dev"], run=answers({"pulumi": None})) == 2
+
+    def test_dashboards_without_a_kubeconfig_is_2(self, tmp_path, capsys, monkeypatch):
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+        assert main(["dashboards"], run=answers({})) == 2
+        assert "no kubeconfig at" in capsys.readouterr().err
+
+    def test_an_unknown_stack_is_2_for_every_command(self, capsys):
+        for command in ("plan", "render", "preflight", "status", "verify", "dashboards"):
+            assert main([command, "--stack", "nope"]) == 2, command
