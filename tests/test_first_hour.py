@@ -5,6 +5,8 @@ ops commands exit 0/1/2 by one rule, and mistakes are named for what they are.""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -290,3 +292,95 @@ class TestExitCodes:
     def test_an_unknown_stack_is_2_for_every_command(self, capsys):
         for command in ("plan", "render", "preflight", "status", "verify", "dashboards"):
             assert main([command, "--stack", "nope"]) == 2, command
+
+
+class TestMakefile:
+    TEXT = (ROOT / "Makefile").read_text()
+    TARGETS = dict(re.findall(r"^([a-z][a-z-]*):([^\n]*)$", TEXT, flags=re.MULTILINE))
+
+    def test_make_alone_prints_help(self):
+        assert re.search(r"^\.DEFAULT_GOAL := help$", self.TEXT, flags=re.MULTILINE)
+        if shutil.which("make"):
+            out = subprocess.run(["make", "-s"], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
+            assert "make plan" in out and "make up" in out and "pulumi" not in out
+
+    def test_every_target_says_what_it_does(self):
+        assert all("## " in line for line in self.TARGETS.values()), self.TARGETS
+
+    def test_python_targets_build_the_venv_first_and_up_checks_first(self):
+        for target, line in self.TARGETS.items():
+            recipe = self.TEXT.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+            if "$(PYTHON)" in recipe:
+                assert "$(VENV)" in line.split("##")[0], target
+        assert self.TARGETS["up"].split("##")[0].split() == ["preflight", "$(POLICY_VENV)"]
+
+    def test_recipes_are_silent_so_output_redirects_cleanly(self):
+        recipes = re.findall(r"^\t(.*)$", self.TEXT, flags=re.MULTILINE)
+        assert recipes and all(line.startswith("@") for line in recipes)
+
+    def test_docs_replace_the_reference_only_on_success(self):
+        recipe = self.TEXT.split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+        assert "> docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md" in recipe
+
+
+class TestDocsStayTrue:
+    """Claims of issue 28's list that drift: each is read from the code it describes."""
+
+    DESIGN = (ROOT / "docs" / "design.md").read_text()
+
+    def test_the_node_role_count(self):
+        from components.cluster import NODE_POLICIES
+
+        assert f"node IAM role ({len(NODE_POLICIES)} managed policies: `NODE_POLICIES`)" in self.DESIGN
+
+    def test_the_system_node_types_per_example_stack(self):
+        for stack in ("dev", "prod"):
+            settings = load_settings(yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"])
+            nodes = settings.system_nodes
+            assert f"up to {nodes.max_size} x {nodes.instance_type}" in self.DESIGN, stack
+
+    def test_the_first_up_takes_what_time_to_serving_says(self):
+        table = (ROOT / "docs" / "time-to-serving.md").read_text()
+        (ours,) = re.findall(r"^\| \*\*total\*\* \| [^|]+ \| \*\*([\d-]+) min\*\* \|", table, flags=re.M)
+        for doc in ("README.md", "docs/operations.md"):
+            assert f"The first `up` takes {ours} minutes" in (ROOT / doc).read_text(), doc
+
+    def test_the_readme_states_devs_region_and_cost_as_the_plan_computes_them(self):
+        from planning.cost import CostReport, cost_report, price_queries
+
+        settings = load_settings(yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"])
+        prices, _ = snapshot_prices(settings.region, [q.key for q in price_queries(settings)])
+        report = cost_report(settings, prices, 2)
+        readme = (ROOT / "README.md").read_text()
+        assert f"deploys to **{settings.region}**" in readme
+        assert f"**${CostReport.total(report.serving):,.2f}/h** serving" in readme
+        assert f"${CostReport.total(report.parked):,.2f}/h\nparked" in readme or (
+            f"${CostReport.total(report.parked):,.2f}/h parked" in readme
+        )
+        assert f"prices of {SNAPSHOT_DATE}" in readme
+
+    def test_what_ci_runs_is_what_the_docs_say(self):
+        run = (ROOT / ".ci" / "run").read_text()
+        steps = re.findall(r'^step "([a-z]+)', run, flags=re.M)
+        for tool in ("ruff", "pyright", "actionlint", "checkov", "pytest"):
+            assert tool in steps, tool
+        readme = (ROOT / "README.md").read_text()
+        assert "ruff, pyright, checkov, actionlint, zizmor, pytest" in readme
+        assert "zizmor" in run
+
+    def test_typed_ops_commands_that_need_a_stack_name_one(self):
+        from ops.cli import build_parser
+
+        parser = build_parser()
+        choices: dict[str, Any] = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr,assignment]
+        needs = {
+            name
+            for name, sub in choices.items()
+            if any(a.dest == "stack" and a.required for a in sub._actions)
+        }
+        for doc in ("README.md", "docs/operations.md", "docs/design.md"):
+            for line in (ROOT / doc).read_text().splitlines():
+                for command in re.findall(r"\.venv/bin/python -m ops (\w+)(?![^`]*--stack)", line):
+                    assert command not in needs, (
+                        f"{doc}: `ops {command}` without --stack: {line.strip()[:90]}"
+                    )
