@@ -144,7 +144,7 @@ def main() -> None:
     key_warnings = plan_key_changes(settings, record)
     creator = cluster_creator(record, plan.cluster_name, settings.region, caller.arn)
     access = plan_access(settings, creator)
-    for message in (plan.hardware_summary(), plan.fit.summary(), *access.notes):
+    for message in (plan.hardware_summary(), plan.fit.summary(), plan.kv_path.summary(), *access.notes):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, stack_files_beside(Path(__file__).parent, stack))
     for message in (*plan.warnings, *zones.warnings, *key_warnings, *copies):

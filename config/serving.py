@@ -211,11 +211,26 @@ class ModelConfig(StrictModel):
     )
     prefill_replicas: int = Field(1, ge=1, description="Prefill replicas, one GPU worker pod each.")
     decode_replicas: int = Field(1, ge=1, description="Decode replicas, one GPU worker pod each.")
-    nixl_backends: list[Literal["LIBFABRIC", "UCX"]] = Field(
-        ["LIBFABRIC"],
+    nixl_backends: list[Literal["LIBFABRIC", "UCX"]] | None = Field(
+        None,
         min_length=1,
-        description="NIXL transfer backends for the KV cache. LIBFABRIC uses EFA; without it NIXL falls "
-        "back to UCX, which runs at TCP speed even on EFA.",
+        description="NIXL transfer backends for the KV cache. Unset: chosen from the GPU type and the "
+        "model (planning/kv_path.py; the preview says which and why): LIBFABRIC (EFA) where the GPU "
+        "buffers can be registered (GPUDirect RDMA) or host buffers serve, else UCX, which runs at TCP "
+        "speed even on EFA.",
+    )
+    kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto",
+        description="Where vLLM's NIXL connector keeps the KV cache it sends (`kv_buffer_device`). `auto`: "
+        "GPU memory with GPUDirect RDMA (p4d, p5), host memory without it for attention-only models "
+        "(counted in the worker's memory), GPU memory with UCX for hybrid models. `cpu` with a hybrid "
+        "model, or `cuda` with LIBFABRIC on a type without GPUDirect RDMA, is refused.",
+    )
+    hybrid_layers: bool | None = Field(
+        None,
+        description="Whether the model has per-sequence state layers beside attention (Mamba, Gated "
+        "DeltaNet), which vLLM 0.26's host KV buffers cannot hold. Built in for the default model "
+        "(true); unset for another model means attention only.",
     )
     extra_engine_kwargs: dict[str, Any] = Field(
         {},

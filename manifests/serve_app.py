@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from config.autoscaling import AutoscalingConfig as ScalingSettings
 from config.autoscaling import SideScaling
 from config.serving import ModelConfig
+from planning.kv_path import KvPath
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 
@@ -34,6 +35,8 @@ class NixlExtraConfig(ServeModel):
 class KvTransferConfig(ServeModel):
     kv_connector: Literal["NixlConnector"] = "NixlConnector"
     kv_role: Literal["kv_both"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    """vLLM 0.26 KVTransferConfig: where the connector keeps what NIXL sends (planning/kv_path.py)."""
     engine_id: str = Field(min_length=1, description="Distinct per side: prefill, decode.")
     kv_connector_extra_config: NixlExtraConfig
 
@@ -163,7 +166,11 @@ def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> D
 
 
 def _side(
-    model: ModelConfig, source: str | CloudMirror, engine_id: str, deployment: DeploymentConfig
+    model: ModelConfig,
+    source: str | CloudMirror,
+    engine_id: str,
+    deployment: DeploymentConfig,
+    kv_path: KvPath,
 ) -> LLMSide:
     return LLMSide(
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
@@ -178,7 +185,8 @@ def _side(
             tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
             kv_transfer_config=KvTransferConfig(
                 engine_id=engine_id,
-                kv_connector_extra_config=NixlExtraConfig(backends=list(model.nixl_backends)),
+                kv_buffer_device=kv_path.buffer_device,
+                kv_connector_extra_config=NixlExtraConfig(backends=list(kv_path.backends)),
             ),
             **model.extra_engine_kwargs,
         ),
@@ -189,6 +197,7 @@ def _side(
 def build_serve_config(
     model: ModelConfig,
     application_name: str,
+    kv_path: KvPath,
     s3_uri: str | None = None,
     scaling: ScalingSettings | None = None,
 ) -> ServeConfig:
@@ -208,9 +217,14 @@ def build_serve_config(
                         source,
                         "prefill",
                         _deployment(model.prefill_replicas, scaling.prefill, scaling),
+                        kv_path,
                     ),
                     decode_config=_side(
-                        model, source, "decode", _deployment(model.decode_replicas, scaling.decode, scaling)
+                        model,
+                        source,
+                        "decode",
+                        _deployment(model.decode_replicas, scaling.decode, scaling),
+                        kv_path,
                     ),
                 ),
             )

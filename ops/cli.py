@@ -336,6 +336,15 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def _kv_backends(args: argparse.Namespace, settings: Settings | None) -> tuple[str, ...]:
+    """The NIXL backends the stack's plan chose (offline: the catalog's facts), LIBFABRIC without one."""
+    if settings is None:
+        return ("LIBFABRIC",)
+    from planning import plan_stack
+
+    return plan_stack(settings, stack=args.stack).kv_path.backends
+
+
 def _credentials_work(kubeconfig: Path | None, run: Runner) -> None:
     """The kubeconfig's credential plugin first: its failure is one line and exit 2, not a 401 later."""
     from ops.kube import exec_plugin_problem
@@ -384,7 +393,9 @@ def _against_cluster(
             f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"
         )
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
-        target = VerifyTarget(namespace, name, model, gateway=gateway)
+        target = VerifyTarget(
+            namespace, name, model, gateway=gateway, kv_backends=_kv_backends(args, settings)
+        )
         result = verify(api, target, clock=clock, progress=progress)
         print(result.format())
         return 0 if result.passed else 1

@@ -55,6 +55,8 @@ class VerifyTarget:
     model: str
     gateway: bool = False
     """Whether the requests go through the endpoint's gateway, which must refuse them without a key."""
+    kv_backends: tuple[str, ...] = ("LIBFABRIC",)
+    """The NIXL backends the stack's plan chose (planning/kv_path.py): what the workers must log."""
 
 
 @dataclass(frozen=True)
@@ -300,10 +302,10 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
             continue
         counts = backend_counts(result.stdout)
         seen = ", ".join(f"{backend} x{n}" for backend, n in sorted(counts.items()))
-        if counts["UCX"]:
+        if counts["UCX"] and "UCX" not in target.kv_backends:
             findings.append(f"{name}: {seen}")
             ucx = True
-        elif counts["LIBFABRIC"]:
+        elif counts["LIBFABRIC"] or counts["UCX"]:
             findings.append(f"{name}: {seen}")
         elif result.returncode is None:
             findings.append(f"{name}: grep did not finish in time")
@@ -330,7 +332,11 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
         )
     if unreadable:
         return CheckResult(CHECK_NIXL, False, "\n".join(["could not read every worker's logs", *findings]))
-    return CheckResult(CHECK_NIXL, True, "\n".join(["LIBFABRIC (EFA) in every worker, no UCX", *findings]))
+    if "LIBFABRIC" in target.kv_backends:
+        verdict = "LIBFABRIC (EFA) in every worker, no UCX"
+    else:
+        verdict = "UCX in every worker, as the plan chose (KV over TCP: planning/kv_path.py)"
+    return CheckResult(CHECK_NIXL, True, "\n".join([verdict, *findings]))
 
 
 def check_gpu_nodes(api: KubeApi) -> CheckResult:

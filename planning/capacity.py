@@ -44,6 +44,8 @@ class ModelSize:
     checkpoint_gib: float
     kv_cache_bytes_per_token: int
     source: str
+    hybrid_layers: bool = False
+    """Per-sequence state layers beside attention (planning/kv_path.py)."""
 
 
 KNOWN_MODELS: dict[str, ModelSize] = {
@@ -56,6 +58,7 @@ KNOWN_MODELS: dict[str, ModelSize] = {
         checkpoint_gib=18.0,
         kv_cache_bytes_per_token=8 * 2 * 4 * 256 * 2,
         source="huggingface.co/Qwen/Qwen3.5-9B config.json (layer_types, num_key_value_heads, head_dim)",
+        hybrid_layers=True,
     ),
 }
 
@@ -149,6 +152,8 @@ class FitReport:
     checkpoint_gib: float
     worker_memory_gib: float
     problems: tuple[str, ...]
+    host_kv_gib: float = 0.0
+    """Host memory of the worker's KV buffers (kv_buffer_device cpu: a copy of its whole KV cache)."""
 
     @property
     def budget_gib(self) -> float:
@@ -166,17 +171,27 @@ class FitReport:
     def summary(self) -> str:
         if self.problems:
             return "model does not fit: " + "; ".join(self.problems)
-        page_cache = self.worker_memory_gib - HOST_OVERHEAD_GIB - self.checkpoint_gib
+        page_cache = self.worker_memory_gib - HOST_OVERHEAD_GIB - self.checkpoint_gib - self.host_kv_gib
         margin = self.budget_gib - self.need_gib
+        host_kv = f", {self.host_kv_gib:.1f} GiB of host KV buffers" if self.host_kv_gib else ""
         return (
             f"model fits {self.instance.name}: needs {self.need_gib:.1f} GiB of the "
             f"{self.budget_gib:.1f} GiB GPU budget per GPU (margin {margin:.1f} GiB); "
             f"worker memory {self.worker_memory_gib:.0f} GiB keeps the {self.checkpoint_gib:.0f} GiB "
-            f"checkpoint in page cache with {page_cache:.0f} GiB to spare"
+            f"checkpoint in page cache{host_kv} with {page_cache:.0f} GiB to spare"
         )
 
+    @property
+    def kv_pool_gib(self) -> float:
+        """What vLLM gives the KV cache on one GPU: the budget less weights and runtime."""
+        return max(self.budget_gib - self.weights_gib / self.tensor_parallel_size - self.overhead_gib, 0.0)
 
-def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per_node: int) -> FitReport:
+
+def fit_report(
+    model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per_node: int, host_kv: bool = False
+) -> FitReport:
+    """`host_kv`: the KV buffers live in host memory (planning/kv_path.py), a copy of the worker's
+    whole KV cache, which the worker's memory must hold beside the page cache."""
     known = KNOWN_MODELS.get(model.source)
     params = model.parameters_billions or (known.parameters_billions if known else None)
     checkpoint = model.checkpoint_gib or (known.checkpoint_gib if known else None)
@@ -208,6 +223,8 @@ def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per
     )
     if problems:
         return _with(report, problems)
+    if host_kv:
+        report = replace(report, host_kv_gib=report.kv_pool_gib * model.tensor_parallel_size)
     gpu = f"{spec.name}: {spec.describe_gpu()} x {model.gpu_memory_utilization:.2f}"
     tp = model.tensor_parallel_size
     if weights / tp > report.budget_gib:
@@ -223,11 +240,15 @@ def fit_report(model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per
             f"{report.budget_gib:.1f} GiB budget of {gpu}; "
             "lower maxModelLen, raise gpuMemoryUtilization or tensorParallelSize, or pick a larger GPU"
         )
-    if resources.memory_gib < checkpoint + HOST_OVERHEAD_GIB:
+    host = HOST_OVERHEAD_GIB + report.host_kv_gib
+    if resources.memory_gib < checkpoint + host:
+        beside = f"{HOST_OVERHEAD_GIB:.0f} GiB of processes" + (
+            f" and {report.host_kv_gib:.1f} GiB of host KV buffers" if report.host_kv_gib else ""
+        )
         problems.append(
             f"worker memory {resources.memory} leaves no page cache for the {checkpoint:.0f} GiB "
-            f"checkpoint next to {HOST_OVERHEAD_GIB:.0f} GiB of processes; raise serving.worker.memory "
-            f"to at least {math.ceil(checkpoint + HOST_OVERHEAD_GIB)}Gi"
+            f"checkpoint next to {beside}; raise serving.worker.memory "
+            f"to at least {math.ceil(checkpoint + host)}Gi"
         )
     return _with(report, problems)
 

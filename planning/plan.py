@@ -33,6 +33,7 @@ from planning.capacity import (
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.exposure import exposure_warnings
+from planning.kv_path import KvPath, plan_kv_path
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
@@ -60,6 +61,8 @@ class Plan:
     """Memory-backed /dev/shm of each worker."""
     fit: FitReport
     """Whether the model can start on a worker, with the numbers (logged at every preview)."""
+    kv_path: KvPath
+    """NIXL's backend and where the KV buffers live, and why (logged at every preview)."""
     upgrade: UpgradePlan
     """How a Ray cluster change rolls out."""
     image: str
@@ -288,7 +291,12 @@ def plan_stack(
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
-    fit = fit_report(model, gpu, settings.serving.worker, per_node)
+    try:
+        kv_path, kv_warnings = plan_kv_path(model, gpu)
+    except ConfigError as error:
+        raise ConfigError([*problems, *error.problems]) from None
+    warnings += kv_warnings
+    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=kv_path.buffer_device == "cpu")
     if not fit.fits:
         if model.fit_check == "warn":
             warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
@@ -308,6 +316,7 @@ def plan_stack(
         efa_per_worker=efa_per_pod(gpu, per_node),
         shm_size=shm,
         fit=fit,
+        kv_path=kv_path,
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),

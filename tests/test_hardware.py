@@ -113,7 +113,11 @@ def test_idle_gpus_can_be_accepted_and_preview_still_says_so():
 
 def hardware_warnings(plan: Any) -> list[str]:
     """The plan's warnings about the hardware (not what the stack exposes: planning/exposure.py)."""
-    return [w for w in plan.warnings if ":endpoint" not in w and "publicAccessCidrs" not in w]
+    return [
+        w
+        for w in plan.warnings
+        if ":endpoint" not in w and "publicAccessCidrs" not in w and "KV cache goes over" not in w
+    ]
 
 
 def ec2_answer(name: str, **changes: Any) -> Ec2InstanceType:

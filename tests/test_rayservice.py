@@ -83,11 +83,13 @@ class TestSeedFacts:
                 "dtype": "bfloat16",
                 "gpu_memory_utilization": 0.9,
                 "enforce_eager": True,
+                # g6.8xlarge: no GPUDirect RDMA; Qwen3.5's state layers: no host buffers (kv_path.py)
                 "kv_transfer_config": {
                     "kv_connector": "NixlConnector",
                     "kv_role": "kv_both",
                     "engine_id": side,
-                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+                    "kv_buffer_device": "cuda",
+                    "kv_connector_extra_config": {"backends": ["UCX"]},
                 },
             }
             assert config["deployment_config"]["num_replicas"] == 1
@@ -232,11 +234,20 @@ class TestBrokenObjectsFail:
         config = serve_config(rayservice)
         kv = config["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
         kv["kv_connector_extra_config"]["backends"] = []
-        assert any("lack LIBFABRIC" in e for e in pd_rule_errors(config))
+        assert any("are not LIBFABRIC and/or UCX" in e for e in pd_rule_errors(config))
         with pytest.raises(ValidationError):
             ServeConfig.model_validate(config)
         del kv["kv_connector_extra_config"]
         assert pd_rule_errors(config)
+
+    def test_a_kv_field_vllm_does_not_have_and_a_bad_buffer_device_fail(self, rayservice):
+        config = serve_config(rayservice)
+        kv = config["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["kv_transfer_config"]
+        kv["kv_buffer_device"] = "gpu"
+        kv["kv_buffer"] = "cpu"
+        errors = pd_rule_errors(config)
+        assert any("['kv_buffer'] are not vLLM 0.26 KVTransferConfig fields" in e for e in errors)
+        assert any("kv_buffer_device 'gpu' is not cuda or cpu" in e for e in errors)
 
     def test_different_models_fail(self, rayservice):
         config = serve_config(rayservice)

@@ -138,6 +138,25 @@ def pd_serving_args_fields() -> frozenset[str]:
 
 
 DEPRECATED_PD_FIELDS = frozenset({"proxy_cls_config", "proxy_deployment_config"})
+VLLM_KV_TRANSFER_FIELDS = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_buffer_size",
+        "kv_role",
+        "kv_rank",
+        "kv_parallel_size",
+        "kv_ip",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    }
+)
+"""vLLM 0.26.0's KVTransferConfig fields (vllm/config/kv_transfer.py lines 26-69 of the PyPI wheel, read
+2026-12-02); its config dataclasses forbid any other (vllm/config/utils.py)."""
 
 
 def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
@@ -162,7 +181,14 @@ def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
             if kv is None:
                 problems.append(f"{side}: kv_transfer_config is required for P/D disaggregation")
                 continue
+            unknown = sorted(set(kv) - VLLM_KV_TRANSFER_FIELDS)
+            if unknown:
+                problems.append(
+                    f"{side}: kv_transfer_config {unknown} are not vLLM 0.26 KVTransferConfig fields"
+                )
+            if kv.get("kv_buffer_device") not in ("cuda", "cpu"):
+                problems.append(f"{side}: kv_buffer_device {kv.get('kv_buffer_device')!r} is not cuda or cpu")
             backends = (kv.get("kv_connector_extra_config") or {}).get("backends") or []
-            if "LIBFABRIC" not in backends:
-                problems.append(f"{side}: NIXL backends {backends} lack LIBFABRIC: UCX runs at TCP speed")
+            if not backends or not set(backends) <= {"LIBFABRIC", "UCX"}:
+                problems.append(f"{side}: NIXL backends {backends} are not LIBFABRIC and/or UCX")
     return problems

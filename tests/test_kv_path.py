@@ -1,0 +1,174 @@
+"""The KV path follows from the hardware (issue 29): NIXL's backend and where the KV buffers live, from
+the GPU type's GPUDirect RDMA and the model's layers (planning/kv_path.py), in the serve config, the
+fit check, the preview and `ops verify`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from config import ConfigError
+from config.serving import ModelConfig
+from ops.kube import ExecResult
+from ops.verify import CHECK_NIXL, VerifyTarget, check_nixl_backend
+from planning import plan_stack
+from planning.catalog import CATALOG
+from planning.kv_path import plan_kv_path
+from tests.fakes.kube import fixture_text, healthy_cluster
+from tests.fakes.pulumi import run_stack, stack_settings
+
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+
+# An attention-only model the built-in knowledge does not have: its sizes are given.
+ATTENTION_ONLY = {
+    "id": "llama-8b",
+    "source": "meta-llama/Llama-3.1-8B-Instruct",
+    "parametersBillions": 8.03,
+    "checkpointGib": 15.0,
+    "kvCacheBytesPerToken": 131072,
+    "maxModelLen": 4096,
+}
+
+
+def model(**keys: Any) -> ModelConfig:
+    return ModelConfig.model_validate(keys)
+
+
+def kv_config(run) -> dict[str, Any]:
+    spec = run.one(RAYSERVICE).inputs["spec"]
+    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    sides = [
+        app["args"][f"{side}_config"]["engine_kwargs"]["kv_transfer_config"] for side in ("prefill", "decode")
+    ]
+    assert sides[0] | {"engine_id": "x"} == sides[1] | {"engine_id": "x"}
+    return sides[0]
+
+
+class TestChosenFromTheHardware:
+    def test_g6_with_the_hybrid_default_model_goes_ucx_with_gpu_buffers_and_says_tcp(self):
+        path, warnings = plan_kv_path(model(), CATALOG["g6.8xlarge"])
+        assert (path.backends, path.buffer_device, path.over_efa) == (("UCX",), "cuda", False)
+        assert "state layers rule out vLLM's host buffers" in path.reason
+        (warning,) = warnings
+        assert "goes over TCP (UCX), not EFA" in warning and "p5.48xlarge" in warning
+
+    def test_g6_with_an_attention_only_model_keeps_host_buffers_over_efa(self):
+        path, warnings = plan_kv_path(model(**ATTENTION_ONLY), CATALOG["g6.8xlarge"])
+        assert (path.backends, path.buffer_device, path.over_efa) == (("LIBFABRIC",), "cpu", True)
+        assert warnings == []
+        assert "no GPUDirect RDMA, so the cache is copied into host memory" in path.summary()
+
+    @pytest.mark.parametrize("gpu", ["p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+    def test_gpudirect_types_keep_gpu_buffers_over_efa(self, gpu):
+        path, warnings = plan_kv_path(model(), CATALOG[gpu])
+        assert (path.backends, path.buffer_device, path.over_efa) == (("LIBFABRIC",), "cuda", True)
+        assert warnings == []
+
+    @pytest.mark.parametrize("gpu", ["g5.12xlarge", "g6e.12xlarge", "g6.12xlarge"])
+    def test_no_gpudirect_type_ever_registers_gpu_memory_with_libfabric(self, gpu):
+        for keys in ({}, ATTENTION_ONLY):
+            path, _ = plan_kv_path(model(**keys), CATALOG[gpu])
+            assert not (path.buffer_device == "cuda" and "LIBFABRIC" in path.backends)
+
+
+class TestOverrides:
+    def test_libfabric_with_gpu_buffers_without_gpudirect_is_refused(self):
+        with pytest.raises(
+            ConfigError, match=r"model\.nixlBackends LIBFABRIC with GPU buffers needs GPUDirect RDMA"
+        ):
+            plan_kv_path(model(nixlBackends=["LIBFABRIC"], kvBufferDevice="cuda"), CATALOG["g6.8xlarge"])
+
+    def test_host_buffers_for_a_hybrid_model_are_refused(self):
+        with pytest.raises(
+            ConfigError, match=r"model\.kvBufferDevice cpu: Qwen/Qwen3\.5-9B has state layers"
+        ):
+            plan_kv_path(model(kvBufferDevice="cpu"), CATALOG["g6.8xlarge"])
+
+    def test_host_buffers_on_a_gpudirect_type_warn(self):
+        path, warnings = plan_kv_path(model(**ATTENTION_ONLY, kvBufferDevice="cpu"), CATALOG["p5.48xlarge"])
+        assert path.buffer_device == "cpu"
+        assert any("two extra copies" in w for w in warnings)
+
+    def test_ucx_asked_for_is_said_to_go_over_tcp(self):
+        path, warnings = plan_kv_path(model(nixlBackends=["UCX"]), CATALOG["p5.48xlarge"])
+        assert (path.backends, path.buffer_device) == (("UCX",), "cuda")
+        assert any("goes over TCP (UCX)" in w for w in warnings)
+
+    def test_libfabric_asked_for_with_an_attention_only_model_gets_host_buffers(self):
+        path, _ = plan_kv_path(model(**ATTENTION_ONLY, nixlBackends=["LIBFABRIC"]), CATALOG["g6.8xlarge"])
+        assert path.buffer_device == "cpu"
+
+
+class TestInTheStack:
+    def test_the_g6_dev_stack_serve_config_and_preview(self, dev_stack):
+        assert kv_config(dev_stack) == {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_both",
+            "engine_id": "prefill",
+            "kv_buffer_device": "cuda",
+            "kv_connector_extra_config": {"backends": ["UCX"]},
+        }
+        assert any(
+            m.startswith("KV cache path: NIXL UCX over TCP, buffers in GPU memory") for m in dev_stack.infos
+        )
+        assert any("goes over TCP (UCX), not EFA" in w for w in dev_stack.warnings)
+
+    def test_a_p5_stack_keeps_gpu_buffers_over_efa(self):
+        run = run_stack(
+            stack="prod",
+            overrides={
+                "gpuNodes": {"instanceType": "p5.48xlarge", "minSize": 3, "desiredSize": 3, "maxSize": 3},
+                "model": {"tensorParallelSize": 8},
+            },
+        )
+        kv = kv_config(run)
+        assert (kv["kv_buffer_device"], kv["kv_connector_extra_config"]) == (
+            "cuda",
+            {"backends": ["LIBFABRIC"]},
+        )
+        assert any("NIXL LIBFABRIC over EFA, buffers in GPU memory" in m for m in run.infos)
+        assert not any("over TCP" in w for w in run.warnings)
+
+    def test_host_buffers_count_in_the_workers_memory(self):
+        settings = stack_settings("dev", model=ATTENTION_ONLY)
+        plan = plan_stack(settings, stack="dev")
+        assert plan.kv_path.buffer_device == "cpu"
+        assert plan.fit.host_kv_gib == pytest.approx(plan.fit.kv_pool_gib) and plan.fit.host_kv_gib > 1
+        assert f"{plan.fit.host_kv_gib:.1f} GiB of host KV buffers" in plan.fit.summary()
+        # a worker too small for page cache + processes + the host copy is refused, saying so
+        tight = int(15 + 12 + plan.fit.host_kv_gib - 1)
+        with pytest.raises(ConfigError, match=r"GiB of host KV buffers; raise serving\.worker\.memory"):
+            plan_stack(
+                stack_settings("dev", model=ATTENTION_ONLY, serving={"worker": {"memory": f"{tight}Gi"}}),
+                stack="dev",
+            )
+
+    def test_the_serve_config_passes_vllms_kv_transfer_fields(self, dev_stack):
+        from tests.validators import VLLM_KV_TRANSFER_FIELDS
+
+        assert set(kv_config(dev_stack)) <= VLLM_KV_TRANSFER_FIELDS
+        assert json.dumps(kv_config(dev_stack))  # plain data
+
+
+class TestVerifyExpectsThePlansBackend:
+    def test_ucx_passes_where_the_plan_chose_it_and_fails_where_it_did_not(self):
+        cluster = healthy_cluster()
+        for pod in list(cluster.grep):
+            cluster.grep[pod] = ExecResult(fixture_text("grep_ucx.txt"), "", 0)
+        ucx = check_nixl_backend(
+            cluster, VerifyTarget("inference", "ray-llm", "qwen3.5-9b", kv_backends=("UCX",))
+        )
+        assert ucx.name == CHECK_NIXL and ucx.passed and "as the plan chose" in ucx.reason
+        efa = check_nixl_backend(cluster, VerifyTarget("inference", "ray-llm", "qwen3.5-9b"))
+        assert not efa.passed and "NIXL fell back to UCX" in efa.reason
+
+    def test_the_cli_expects_what_the_stacks_plan_chose(self):
+        from argparse import Namespace
+
+        from ops.cli import _kv_backends
+
+        assert _kv_backends(Namespace(stack="dev"), stack_settings("dev")) == ("UCX",)
+        assert _kv_backends(Namespace(stack=None), None) == ("LIBFABRIC",)
