@@ -7,7 +7,7 @@ VENV := .venv/.installed
 POLICY_VENV := policy/venv/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help plan preflight up preview destroy venv policy test schemas dashboards docs render status verify
+.PHONY: help plan preflight up preview destroy venv policy test schemas dashboards docs render status verify bench
 
 help:          ## list the targets (STACK=name picks the stack; default dev)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,5 +61,8 @@ render: $(VENV)  ## print every Kubernetes object the stack applies itself, as Y
 status: $(VENV)  ## RayService and app status, pods per node, GPU/EFA capacity, cost now
 	@$(PYTHON) -m ops status --stack $(STACK)
 
-verify: $(VENV)  ## smoke test: endpoint, completion, NIXL over LIBFABRIC, GPU/EFA capacity
+verify: $(VENV)  ## smoke test: endpoint, completion, the planned NIXL backend, GPU/EFA capacity
 	@$(PYTHON) -m ops verify --stack $(STACK)
+
+bench: $(VENV)  ## load test in the cluster: latency p50/p90/p99, tokens/s, $ per million tokens (ARGS=...)
+	@$(PYTHON) -m ops bench --stack $(STACK) $(ARGS)

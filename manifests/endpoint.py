@@ -35,12 +35,14 @@ from manifests.charts import HelmChart
 from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
 from manifests.load_balancer import LOAD_BALANCER_CLASS
 from manifests.network_policy import (
+    BENCH_PODS,
     SAME_NAMESPACE,
     Allow,
     Port,
     addresses,
     deny_ingress_but,
     no_instance_metadata,
+    pods,
 )
 from manifests.rayservice import serve_service_name
 from planning.nodes import SYSTEM_NODE_LABELS
@@ -435,6 +437,13 @@ def gateway_policies(settings: Settings) -> list[dict[str, Any]]:
                     (vpc,),
                     proxies,
                     (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
+                ),
+                Allow(
+                    "bench",
+                    "ops bench's load test, from the serving namespace",
+                    (pods(BENCH_PODS, settings.serving.namespace),),
+                    proxies,
+                    (Port("listener", ENVOY_CONTAINER_PORT),),
                 ),
                 Allow(
                     "api-server",

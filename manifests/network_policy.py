@@ -73,6 +73,8 @@ PROMETHEUS_PODS = {
 RAY_PODS = {"ray.io/is-ray-node": "yes", "app.kubernetes.io/created-by": "kuberay-operator"}
 """KubeRay's labels on every Ray pod of every RayCluster it creates (NewCluster upgrades included)."""
 RAY_HEAD_PODS = {**RAY_PODS, "ray.io/node-type": "head"}
+BENCH_PODS = {"app.kubernetes.io/component": "bench", "app.kubernetes.io/part-of": "ray-llm-eks"}
+"""`ops bench`'s load-test Job (manifests/bench.py), in the serving namespace."""
 RAY_WORKER_PODS = {**RAY_PODS, "ray.io/node-type": "worker"}
 
 

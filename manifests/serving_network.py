@@ -18,6 +18,7 @@ from config import Settings
 from manifests import ray_ports
 from manifests.endpoint import GATEWAY_NAMESPACE, proxy_selector
 from manifests.network_policy import (
+    BENCH_PODS,
     PROMETHEUS_PODS,
     RAY_HEAD_PODS,
     RAY_PODS,
@@ -36,7 +37,7 @@ RAY_WORKER = RAY_WORKER_PODS
 READY_CHECK = {"app.kubernetes.io/component": "serve-ready-check"}
 KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
 
-Peer = Literal["ray", "ray-workers", "gateway", "kuberay", "ready-check", "prometheus", "vpc"]
+Peer = Literal["ray", "ray-workers", "gateway", "kuberay", "ready-check", "prometheus", "vpc", "bench"]
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,12 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
         # from the control plane's ENIs in the cluster's subnets, so the VPC's range, pods included.
         vpc = addresses(str(settings.network.vpc_cidr))
         why = "the API server's service proxy (no gateway)"
+        bench = pods(BENCH_PODS)
         paths += [
             IngressPath("vpc", "head", _ports(head, "serve"), why, vpc),
             IngressPath("vpc", "workers", _ports(worker, "serve"), why, vpc),
+            IngressPath("bench", "head", _ports(head, "serve"), "ops bench's load test", bench),
+            IngressPath("bench", "workers", _ports(worker, "serve"), "ops bench's load test", bench),
         ]
     if settings.observability.enabled:
         scraped_on_head = ("metrics", *(n for n in head_metrics_ports(settings)))

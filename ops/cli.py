@@ -120,6 +120,31 @@ def build_parser() -> argparse.ArgumentParser:
         "without --show-secrets: Pulumi masks every secret output, so nothing secret is printed.",
     )
     of_stack(summary, "the deployed stack")
+    bench = commands.add_parser(
+        "bench",
+        help="load test in the cluster (vllm bench serve): latency percentiles, tokens/s, $ per 1M tokens",
+        description="Run `vllm bench serve` from the serving image as a Job in the serving namespace, "
+        "against the stack's endpoint with one client's API key (without the endpoint, the serve "
+        "Service), and report TTFT, inter-token and end-to-end latency (p50, p90, p99), requests/s, output "
+        "tokens/s and dollars per million output tokens from the stack's hourly cost. --json FILE keeps the "
+        "result to compare. Exits 1 if requests failed or the Job failed.",
+    )
+    of_stack(bench, "the deployed stack (its kubeconfig, endpoint and keys)")
+    bench.add_argument(
+        "--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)"
+    )
+    bench.add_argument("--output-len", type=int, default=256, metavar="N", help="output tokens (default 256)")
+    bench.add_argument(
+        "--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)"
+    )
+    bench.add_argument("--requests", type=int, default=200, metavar="N", help="requests in all (default 200)")
+    bench.add_argument("--client", default=DEFAULT_CLIENT, help=f"whose API key (default {DEFAULT_CLIENT})")
+    bench.add_argument("--tokenizer", help="Hugging Face tokenizer (default: the stack's model.source)")
+    bench.add_argument("--name", default="bench", help="the Job's name (default bench)")
+    bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON here")
+    bench.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig to use (default: the stack's output)"
+    )
     for sub in (status, verify, dashboards):
         where = sub.add_mutually_exclusive_group()
         where.add_argument(
@@ -175,6 +200,8 @@ def main(
             return _plan(args)
         if args.command == "preflight":
             return _preflight(args, run)
+        if args.command == "bench":
+            return _bench(args, connect or _connect_kube, run, sleep)
         if args.command == "dashboards":
             return _dashboards(args, run, popen, sleep)
         if args.command == "summary":
@@ -212,6 +239,47 @@ def _plan(args: argparse.Namespace) -> int:
     progress(f"running the program for stack {args.stack} under the mocks (a few seconds)")
     sys.stdout.write(plan_report(args.stack, settings, config, args.root))
     return 0
+
+
+def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Callable[[float], None]) -> int:
+    import json
+
+    from manifests.bench import BenchOptions
+    from ops.bench import format_report, parse_result, report_json, run_bench, stack_hourly
+    from planning import plan_stack
+
+    settings = load_stack_settings(args.root, args.stack)
+    if settings.autoscaling.parked:
+        raise OpsError(f"stack {args.stack} is parked: nothing serves to load", exit_code=2)
+    for flag in ("input_len", "output_len", "concurrency", "requests"):
+        if getattr(args, flag) < 1:
+            raise OpsError(f"--{flag.replace('_', '-')} must be at least 1", exit_code=2)
+    plan = plan_stack(settings, stack=args.stack)
+    options = BenchOptions(
+        input_len=args.input_len,
+        output_len=args.output_len,
+        concurrency=args.concurrency,
+        requests=args.requests,
+        client=args.client,
+        tokenizer=args.tokenizer,
+        name=args.name,
+    )
+    clients = sorted(settings.endpoint.clients)
+    if settings.endpoint.enabled and args.client not in clients:
+        raise OpsError(f"--client {args.client}: the stack's clients are {', '.join(clients)}", exit_code=2)
+    with _kubeconfig(args, run) as kubeconfig:
+        _credentials_work(kubeconfig, run)
+        api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(settings.serving.namespace, "unused")))
+        api.check_access()
+        log = run_bench(api, settings, plan.image, options, progress, sleep=sleep)
+    result = parse_result(log)
+    hourly, source = stack_hourly(settings, args.root)
+    print(format_report(result, options, hourly, source), end="")
+    if args.json:
+        document = report_json(result, options, args.stack, hourly, source)
+        args.json.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        progress(f"wrote {args.json}")
+    return 1 if result.failed or not result.completed else 0
 
 
 def _preflight(args: argparse.Namespace, run: Runner) -> int:

@@ -87,6 +87,18 @@ class KubeApi(Protocol):
 
     def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult: ...
 
+    def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        """Create a Job (OpsError when one of that name exists)."""
+        ...
+
+    def job_state(self, namespace: str, name: str) -> tuple[str, str]:
+        """("running" | "succeeded" | "failed", what the Job's status says)."""
+        ...
+
+    def job_logs(self, namespace: str, name: str) -> str:
+        """The log of the Job's (last) pod."""
+        ...
+
     def http_get(self, path: str, headers: Headers | None = None) -> HttpResponse: ...
 
     def http_post_stream(
@@ -228,6 +240,22 @@ def exec_plugin_problem(
     except (ValueError, KeyError, TypeError):
         return f"`{shown}` printed no ExecCredential token"
     return None if token else f"`{shown}` gave an empty token"
+
+
+def job_state_of(job: Mapping[str, Any]) -> tuple[str, str]:
+    """A Job's state from its JSON status: its Complete/Failed condition, else its pod counts."""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "succeeded", "complete"
+        if condition.get("type") == "Failed":
+            return "failed", f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".strip(
+                ": "
+            )
+    active = status.get("active") or 0
+    return "running", f"{active} pod(s) running" if active else "waiting for its pod"
 
 
 class KubeClient:
@@ -382,6 +410,44 @@ class KubeClient:
             return ExecResult(stdout or "", stderr or "", returncode)
         finally:
             ws.close()
+
+    def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        from kubernetes import client
+
+        try:
+            client.BatchV1Api(self._api).create_namespaced_job(
+                namespace, dict(manifest), _request_timeout=API_TIMEOUT_S
+            )
+        except self._errors() as error:
+            if getattr(error, "status", None) == 409:
+                name = manifest["metadata"]["name"]
+                raise OpsError(
+                    f"a Job {namespace}/{name} exists (a bench kept an hour): pass --name, or "
+                    f"`kubectl -n {namespace} delete job {name}`",
+                    exit_code=2,
+                ) from None
+            raise self._failure("cannot create the Job", error) from None
+
+    def job_state(self, namespace: str, name: str) -> tuple[str, str]:
+        from kubernetes import client
+
+        try:
+            response = client.BatchV1Api(self._api).read_namespaced_job_status(
+                name, namespace, _preload_content=False, _request_timeout=API_TIMEOUT_S
+            )
+        except self._errors() as error:
+            raise self._failure(f"cannot read Job {namespace}/{name}", error) from None
+        return job_state_of(json.loads(cast(Any, response).data))
+
+    def job_logs(self, namespace: str, name: str) -> str:
+        pods = self.list_pods(namespace, f"job-name={name}")
+        if not pods:
+            raise OpsError(f"Job {namespace}/{name} has no pod to read the log of")
+        pod = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[-1]["metadata"]["name"]
+        try:
+            return self._core.read_namespaced_pod_log(pod, namespace, _request_timeout=API_TIMEOUT_S)
+        except self._errors() as error:
+            raise self._failure(f"cannot read the log of {namespace}/{pod}", error) from None
 
     def _raw(self, path: str, method: str, **kwargs: Any) -> Any:
         """An authenticated request returning the urllib3 response unread (the proxy API of the

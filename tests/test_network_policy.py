@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from manifests import ray_ports
-from manifests.network_policy import IMDS_V4, IMDS_V6
+from manifests.network_policy import BENCH_PODS, IMDS_V4, IMDS_V6
 from manifests.rayservice import build_rayservice, build_serving
 from manifests.serving_network import RAY_HEAD, RAY_WORKER, serving_paths, serving_policies
 from planning import plan_stack
@@ -319,7 +319,12 @@ class TestEveryNamespaceWeOwnDeniesIngress:
         service = dev_stack.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs
         assert proxies == {"matchLabels": service["spec"]["selector"]}
         assert service["spec"]["ports"][0]["targetPort"] == 10080
+        bench = {
+            "podSelector": {"matchLabels": BENCH_PODS},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "inference"}},
+        }
         assert allowed == {
             "allow-within": ({}, [{"podSelector": {}}], []),
+            "allow-bench": (proxies, [bench], [10080]),
             "allow-api-server": ({}, [vpc], [9443]),
         }

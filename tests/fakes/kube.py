@@ -86,6 +86,25 @@ class FakeKubeApi:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     access_error: OpsError | None = None
     """Set: the API server refuses our identity (check_access raises it)."""
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Jobs created (name -> manifest)."""
+    job_states: list[tuple[str, str]] = field(default_factory=list)
+    """What job_state answers, one per call (the last repeats)."""
+    job_log: str = ""
+
+    def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        self.calls.append(("create_job", namespace, manifest["metadata"]["name"]))
+        if manifest["metadata"]["name"] in self.jobs:
+            raise OpsError(f"a Job {namespace}/{manifest['metadata']['name']} exists", exit_code=2)
+        self.jobs[manifest["metadata"]["name"]] = copy.deepcopy(dict(manifest))
+
+    def job_state(self, namespace: str, name: str) -> tuple[str, str]:
+        self.calls.append(("job_state", namespace, name))
+        return self.job_states.pop(0) if len(self.job_states) > 1 else self.job_states[0]
+
+    def job_logs(self, namespace: str, name: str) -> str:
+        self.calls.append(("job_logs", namespace, name))
+        return self.job_log
 
     def check_access(self) -> None:
         self.calls.append(("check_access",))

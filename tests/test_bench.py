@@ -1,0 +1,187 @@
+"""`ops bench` (issue 29): vLLM's benchmark client as a Job in the cluster against the stack's own
+endpoint, its result parsed, and the cost per million output tokens, against fakes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from manifests.bench import RESULT_MARKER, BenchOptions, bench_command, bench_job
+from manifests.network_policy import BENCH_PODS
+from ops.bench import dollars_per_million_output_tokens, parse_result, stack_hourly
+from ops.cli import main
+from ops.kube import OpsError, job_state_of
+from tests.fakes.kube import healthy_cluster
+from tests.fakes.pulumi import ROOT, stack_settings
+from tests.test_ops_gateway import KEYS, KUBECONFIG, pulumi_outputs
+from tests.validators import object_errors
+
+# The keys vLLM 0.26's `bench serve --save-result` writes (vllm/benchmarks/serve.py `benchmark` result and
+# process_one_metric; per-request lists are dropped without --save-detailed), with made-up figures.
+RESULT = {
+    "date": "20261202-101500",
+    "backend": "openai-chat",
+    "model_id": "qwen3.5-9b",
+    "duration": 80.0,
+    "completed": 200,
+    "failed": 0,
+    "total_input_tokens": 204800,
+    "total_output_tokens": 51200,
+    "request_throughput": 2.5,
+    "request_goodput": None,
+    "output_throughput": 640.0,
+    "total_token_throughput": 3200.0,
+    "max_output_tokens_per_s": 800.0,
+    "max_concurrent_requests": 8,
+    "max_concurrency": 8,
+    **{
+        f"{stat}_{metric}_ms": value
+        for metric, base in (("ttft", 180.0), ("tpot", 11.0), ("itl", 10.5), ("e2el", 3000.0))
+        for stat, value in (
+            ("mean", base),
+            ("median", base * 0.95),
+            ("std", base / 10),
+            ("p50", base * 0.95),
+            ("p90", base * 1.5),
+            ("p99", base * 2.5),
+        )
+    },
+}
+LOG = "\n".join(
+    [
+        "INFO 12-02 10:14:00 Starting initial single prompt test run...",
+        "============ Serving Benchmark Result ============",
+        "Successful requests:                     200",
+        RESULT_MARKER,
+        json.dumps(RESULT),
+    ]
+)
+
+
+class TestTheResult:
+    def test_parses_vllms_saved_json(self):
+        result = parse_result(LOG)
+        assert (result.completed, result.failed, result.output_throughput) == (200, 0, 640.0)
+        assert result.latencies_ms["ttft"] == {"p50": 171.0, "p90": 270.0, "p99": 450.0, "mean": 180.0}
+        assert set(result.latencies_ms) == {"ttft", "itl", "tpot", "e2el"}
+
+    def test_no_result_says_what_the_client_printed_last(self):
+        with pytest.raises(OpsError, match=r"(?s)printed no result.*HTTP 401"):
+            parse_result("Traceback ...\nopenai.AuthenticationError: HTTP 401 Unauthorized")
+
+    def test_cost_per_million_output_tokens(self):
+        assert dollars_per_million_output_tokens(4.6, 640.0) == pytest.approx(4.6 / (640 * 3600) * 1e6)
+        assert dollars_per_million_output_tokens(4.6, 0) is None
+
+    def test_the_stacks_hourly_cost_is_the_plans(self):
+        hourly, source = stack_hourly(stack_settings("dev"), ROOT / "nonexistent")
+        assert hourly == pytest.approx(4.6, abs=0.01) and "price snapshot" in source
+
+
+class TestTheJob:
+    def test_a_valid_job_from_the_serving_image_with_one_clients_key(self):
+        settings = stack_settings("dev")
+        job = bench_job(settings, "image:tag", BenchOptions(client="batch"))
+        assert object_errors(job) == []
+        pod = job["spec"]["template"]
+        assert pod["metadata"]["labels"] == BENCH_PODS
+        assert pod["spec"]["nodeSelector"] == {"role": "system"}
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == "image:tag"
+        (key,) = [e for e in container["env"] if e["name"] == "OPENAI_API_KEY"]
+        assert key["valueFrom"]["secretKeyRef"] == {"name": "ray-llm-api-keys", "key": "batch"}
+
+    def test_the_command_targets_the_gateway_with_the_asked_load(self):
+        settings = stack_settings("dev")
+        command = bench_command(
+            settings, BenchOptions(input_len=512, output_len=64, concurrency=4, requests=40)
+        )
+        script = command[-1]
+        for part in (
+            "'vllm' 'bench' 'serve' '--backend' 'openai-chat'",
+            "'--base-url' 'http://ray-llm-gateway.envoy-gateway-system.svc:80'",
+            "'--model' 'qwen3.5-9b' '--tokenizer' 'Qwen/Qwen3.5-9B'",
+            "'--random-input-len' '512' '--random-output-len' '64'",
+            "'--num-prompts' '40' '--max-concurrency' '4'",
+            "'--percentile-metrics' 'ttft,tpot,itl,e2el' '--metric-percentiles' '50,90,99'",
+            f"echo '{RESULT_MARKER}' && cat /tmp/bench/result.json",
+        ):
+            assert part in script, part
+
+    def test_without_the_endpoint_it_calls_serve_directly(self):
+        settings = stack_settings("dev", endpoint={"enabled": False})
+        script = bench_command(settings, BenchOptions())[-1]
+        assert "'http://ray-llm-serve-svc.inference.svc:8000'" in script
+        job = bench_job(settings, "i", BenchOptions())
+        assert not [
+            e
+            for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+            if e["name"] == "OPENAI_API_KEY"
+        ]
+
+    def test_a_jobs_state_from_its_status(self):
+        assert job_state_of({"status": {"active": 1}}) == ("running", "1 pod(s) running")
+        assert (
+            job_state_of({"status": {"conditions": [{"type": "Complete", "status": "True"}]}})[0]
+            == "succeeded"
+        )
+        failed = {
+            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
+        }
+        assert job_state_of(failed) == ("failed", "BackoffLimitExceeded")
+
+
+def bench_dev(cluster, capsys, *argv):
+    run = pulumi_outputs(kubeconfig=KUBECONFIG, apiKeys=KEYS)
+    code = main(
+        ["bench", "--stack", "dev", "--root", str(ROOT), *argv],
+        connect=lambda _: cluster,
+        run=run,
+        sleep=lambda _: None,
+    )
+    return code, capsys.readouterr()
+
+
+class TestTheCommand:
+    def test_runs_the_job_and_reports_latency_throughput_and_cost(self, capsys, tmp_path):
+        cluster = healthy_cluster()
+        cluster.job_states = [
+            ("running", "waiting for its pod"),
+            ("running", "1 pod(s) running"),
+            ("succeeded", "complete"),
+        ]
+        cluster.job_log = LOG
+        out_json = tmp_path / "bench.json"
+        code, captured = bench_dev(cluster, capsys, "--requests", "200", "--json", str(out_json))
+        assert code == 0, captured.err
+        assert "job bench: 1 pod(s) running" in captured.err
+        out = captured.out
+        assert "200 requests, 1024 tokens in, 256 out, concurrency 8" in out
+        assert "2.50 requests/s, 640.0 output tokens/s" in out
+        assert "TTFT                         171.0     270.0     450.0" in out
+        per_million = 4.6 / (640 * 3600) * 1e6
+        assert f"${per_million:,.2f} per million output tokens" in out
+        saved = json.loads(out_json.read_text())
+        assert saved["stack"] == "dev" and saved["result"]["output_throughput"] == 640.0
+        assert saved["usd_per_million_output_tokens"] == pytest.approx(per_million, rel=1e-3)
+        (job,) = cluster.jobs.values()
+        assert job["metadata"]["namespace"] == "inference"
+
+    def test_failed_requests_exit_1(self, capsys):
+        cluster = healthy_cluster()
+        cluster.job_states = [("succeeded", "complete")]
+        cluster.job_log = LOG.replace('"failed": 0', '"failed": 3')
+        code, captured = bench_dev(cluster, capsys)
+        assert code == 1 and "failed 3" in captured.out
+
+    def test_a_failed_job_exits_1_with_its_last_lines(self, capsys):
+        cluster = healthy_cluster()
+        cluster.job_states = [("failed", "BackoffLimitExceeded")]
+        cluster.job_log = "OSError: Qwen/Qwen3.5-9B is not a valid model identifier"
+        code, captured = bench_dev(cluster, capsys)
+        assert code == 1 and "not a valid model identifier" in captured.err
+
+    def test_an_unknown_client_or_a_bad_size_is_2(self, capsys):
+        assert bench_dev(healthy_cluster(), capsys, "--client", "nobody")[0] == 2
+        assert bench_dev(healthy_cluster(), capsys, "--requests", "0")[0] == 2
