@@ -318,6 +318,10 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     if gpu.gpudirect_rdma:
         # Only P-series GPUs can register GPU memory with the EFA NIC directly; g5/g6/g6e cannot.
         env.append(EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    if "LIBFABRIC" in plan.kv_path.backends:
+        # NIXL (default WARN) then logs the libfabric provider its rails use and whether it has FI_HMEM
+        # (src/utils/libfabric/libfabric_rail_manager.cpp, libfabric_rail.cpp at 1.3.1): ops verify's proof.
+        env.append(EnvVar(name="NIXL_LOG_LEVEL", value="INFO"))
     if hf_token_secret:
         env.append(
             EnvVar(

@@ -404,13 +404,15 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _kv_backends(args: argparse.Namespace, settings: Settings | None) -> tuple[str, ...]:
-    """The NIXL backends the stack's plan chose (offline: the catalog's facts), LIBFABRIC without one."""
+def _kv_path(args: argparse.Namespace, settings: Settings | None) -> tuple[tuple[str, ...], str]:
+    """The NIXL backends and buffer device the stack's plan chose (offline: the catalog's facts);
+    without a stack, LIBFABRIC with GPU buffers."""
     if settings is None:
-        return ("LIBFABRIC",)
+        return ("LIBFABRIC",), "cuda"
     from planning import plan_stack
 
-    return plan_stack(settings, stack=args.stack).kv_path.backends
+    path = plan_stack(settings, stack=args.stack).kv_path
+    return path.backends, path.buffer_device
 
 
 def _credentials_work(kubeconfig: Path | None, run: Runner) -> None:
@@ -461,8 +463,9 @@ def _against_cluster(
             f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"
         )
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
+        backends, device = _kv_path(args, settings)
         target = VerifyTarget(
-            namespace, name, model, gateway=gateway, kv_backends=_kv_backends(args, settings)
+            namespace, name, model, gateway=gateway, kv_backends=backends, kv_buffer_device=device
         )
         result = verify(api, target, clock=clock, progress=progress)
         print(result.format())

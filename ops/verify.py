@@ -31,7 +31,17 @@ WORKER_CONTAINER = "ray-worker"
 RAY_LOG_DIR = "/tmp/ray/session_latest/logs/"
 BACKEND_PATTERN = "Backend (LIBFABRIC|UCX) was instantiated"
 """What NIXL logs when it creates a transfer backend (the seed's grep, an extended regex)."""
-NIXL_BACKEND_GREP = ("grep", "-rhoE", BACKEND_PATTERN, RAY_LOG_DIR)
+PROVIDER_PATTERN = "rails using provider=([A-Za-z0-9_;.-]+)"
+"""NIXL 1.3.1 at INFO (the workers' NIXL_LOG_LEVEL with LIBFABRIC): "Created N rails using provider=efa"
+(src/utils/libfabric/libfabric_rail_manager.cpp)."""
+HMEM_PATTERN = "Using provider (with|without) FI_HMEM support"
+"""Whether the rails can register GPU memory (libfabric_rail.cpp): without it GPU buffers fail."""
+NIXL_BACKEND_GREP = (
+    "grep",
+    "-rhoE",
+    f"{BACKEND_PATTERN}|{PROVIDER_PATTERN.replace('([A-Za-z0-9_;.-]+)', '[A-Za-z0-9_;.-]+')}|{HMEM_PATTERN}",
+    RAY_LOG_DIR,
+)
 
 UCX_FALLBACK = (
     "NIXL fell back to UCX, which runs at TCP speed: the KV cache does not travel over EFA. Check "
@@ -57,6 +67,8 @@ class VerifyTarget:
     """Whether the requests go through the endpoint's gateway, which must refuse them without a key."""
     kv_backends: tuple[str, ...] = ("LIBFABRIC",)
     """The NIXL backends the stack's plan chose (planning/kv_path.py): what the workers must log."""
+    kv_buffer_device: str = "cuda"
+    """Where the plan keeps the KV buffers (GPU buffers over LIBFABRIC need rails with FI_HMEM)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +291,31 @@ def worker_selector(api: KubeApi, target: VerifyTarget) -> str:
     return selector
 
 
+def libfabric_problems(pod: str, grep_output: str, target: VerifyTarget) -> list[str]:
+    """What the NIXL log says against the planned path: the provider must be efa (never tcp or
+    sockets), and GPU buffers need rails with FI_HMEM."""
+    providers = set(re.findall(PROVIDER_PATTERN, grep_output))
+    if not providers:
+        return [
+            f"{pod}: NIXL logged no libfabric provider: the workers need NIXL_LOG_LEVEL=INFO (the stack "
+            "sets it with LIBFABRIC; a pod from before that change says nothing)"
+        ]
+    problems = []
+    if providers != {"efa"}:
+        problems.append(
+            f"{pod}: NIXL's rails use provider {', '.join(sorted(providers))}, not efa: the KV cache does "
+            "not cross EFA. Check FI_PROVIDER=efa, the pod's vpc.amazonaws.com/efa, and the security "
+            "group (EFA needs all traffic to and from itself)"
+        )
+    hmem = set(re.findall(HMEM_PATTERN, grep_output))
+    if target.kv_buffer_device == "cuda" and "without" in hmem:
+        problems.append(
+            f"{pod}: NIXL's rails have no FI_HMEM, so GPU buffers cannot be registered: set "
+            "model.kvBufferDevice cpu (attention-only models) or use a type with GPUDirect RDMA"
+        )
+    return problems
+
+
 def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = quiet) -> CheckResult:
     selector = worker_selector(api, target)
     pods = sorted(api.list_pods(target.namespace, selector), key=lambda p: p["metadata"]["name"])
@@ -286,6 +323,7 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
         return CheckResult(CHECK_NIXL, False, f"no Ray worker pod in {target.namespace} ({selector})")
     findings: list[str] = []
     ucx = missing = unreadable = False
+    wrong_path: list[str] = []
     for pod in pods:
         name = pod["metadata"]["name"]
         phase = (pod.get("status") or {}).get("phase") or "Unknown"
@@ -302,6 +340,11 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
             continue
         counts = backend_counts(result.stdout)
         seen = ", ".join(f"{backend} x{n}" for backend, n in sorted(counts.items()))
+        if counts["LIBFABRIC"] and "LIBFABRIC" in target.kv_backends:
+            wrong_path += libfabric_problems(name, result.stdout, target)
+            providers = sorted(set(re.findall(PROVIDER_PATTERN, result.stdout)))
+            if providers:
+                seen += f"; provider {', '.join(providers)}"
         if counts["UCX"] and "UCX" not in target.kv_backends:
             findings.append(f"{name}: {seen}")
             ucx = True
@@ -318,6 +361,8 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
             missing = True
     if ucx:
         return CheckResult(CHECK_NIXL, False, "\n".join([UCX_FALLBACK, *findings]))
+    if wrong_path:
+        return CheckResult(CHECK_NIXL, False, "\n".join([*wrong_path, *findings]))
     if missing:
         return CheckResult(
             CHECK_NIXL,

@@ -168,7 +168,50 @@ class TestVerifyExpectsThePlansBackend:
     def test_the_cli_expects_what_the_stacks_plan_chose(self):
         from argparse import Namespace
 
-        from ops.cli import _kv_backends
+        from ops.cli import _kv_path
 
-        assert _kv_backends(Namespace(stack="dev"), stack_settings("dev")) == ("UCX",)
-        assert _kv_backends(Namespace(stack=None), None) == ("LIBFABRIC",)
+        assert _kv_path(Namespace(stack="dev"), stack_settings("dev")) == (("UCX",), "cuda")
+        assert _kv_path(Namespace(stack=None), None) == (("LIBFABRIC",), "cuda")
+
+
+class TestVerifyProvesTheLibfabricPath:
+    """NIXL at INFO names the provider its rails use and whether they have FI_HMEM (NIXL 1.3.1)."""
+
+    def run(self, grep: str, device: str = "cuda"):
+        cluster = healthy_cluster()
+        for pod in list(cluster.grep):
+            cluster.grep[pod] = ExecResult(grep, "", 0)
+        target = VerifyTarget("inference", "ray-llm", "qwen3.5-9b", kv_buffer_device=device)
+        return check_nixl_backend(cluster, target)
+
+    def test_efa_with_hmem_passes_and_shows_the_provider(self):
+        result = self.run(fixture_text("grep_libfabric.txt"))
+        assert result.passed and "provider efa" in result.reason
+
+    @pytest.mark.parametrize("provider", ["tcp", "sockets", "tcp;ofi_rxm"])
+    def test_a_provider_other_than_efa_fails_saying_what_to_check(self, provider):
+        result = self.run(f"Backend LIBFABRIC was instantiated\nrails using provider={provider}\n")
+        assert not result.passed
+        assert f"provider {provider}, not efa" in result.reason and "security group" in result.reason
+
+    def test_gpu_buffers_on_rails_without_hmem_fail(self):
+        grep = (
+            "Backend LIBFABRIC was instantiated\nrails using provider=efa\n"
+            "Using provider without FI_HMEM support\n"
+        )
+        result = self.run(grep)
+        assert not result.passed and "no FI_HMEM, so GPU buffers cannot be registered" in result.reason
+        assert self.run(grep, device="cpu").passed  # host buffers need no HMEM
+
+    def test_no_provider_logged_fails_naming_the_log_level(self):
+        result = self.run("Backend LIBFABRIC was instantiated\n")
+        assert not result.passed and "NIXL_LOG_LEVEL=INFO" in result.reason
+
+    def test_the_workers_log_at_info_only_with_libfabric(self, dev_stack):
+        def worker_env(run):
+            spec = run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+            return {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
+
+        assert "NIXL_LOG_LEVEL" not in worker_env(dev_stack)  # UCX on g6 + Qwen3.5
+        run = run_stack(stack="dev", overrides={"model": ATTENTION_ONLY})
+        assert worker_env(run)["NIXL_LOG_LEVEL"] == "INFO"

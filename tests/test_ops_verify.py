@@ -70,7 +70,8 @@ def test_healthy_stack_passes_every_check_and_exits_0(capsys, kubeconfig):
     assert NIXL_BACKEND_GREP == (
         "grep",
         "-rhoE",
-        "Backend (LIBFABRIC|UCX) was instantiated",
+        "Backend (LIBFABRIC|UCX) was instantiated|rails using provider=[A-Za-z0-9_;.-]+"
+        "|Using provider (with|without) FI_HMEM support",
         "/tmp/ray/session_latest/logs/",
     )
     assert [c for c in cluster.calls if c[0] == "exec"] == [
