@@ -112,6 +112,13 @@ class TestPlan:
         out = capsys.readouterr().out
         assert "Cost (AWS Price List API, as your last preview cached it" in out
 
+    def test_a_stack_file_with_encrypted_values_plans_without_them(self, tmp_path, capsys):
+        config = minimal_config("us-east-1")
+        config["ray-llm-eks:huggingFaceToken"] = {"secure": "v1:ZW5jcnlwdGVk"}
+        write_stack(tmp_path, "mine", config)
+        assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 0
+        assert "v1:ZW5jcnlwdGVk" not in capsys.readouterr().out
+
     def test_a_stack_the_program_refuses_is_exit_2_with_its_message(self, tmp_path, capsys):
         write_stack(
             tmp_path,
