@@ -31,9 +31,6 @@ from manifests.network_policy import (
 )
 from manifests.observability import MONITORING_NAMESPACE, head_metrics_ports
 
-RAY_POD = RAY_PODS
-RAY_HEAD = RAY_HEAD_PODS
-RAY_WORKER = RAY_WORKER_PODS
 READY_CHECK = {"app.kubernetes.io/component": "serve-ready-check"}
 KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
 
@@ -64,7 +61,7 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
     worker = ray_ports.container_ports(head=False)
     workers_range = Port("worker-ports", ray_ports.MIN_WORKER_PORT, ray_ports.MAX_WORKER_PORT)
     node = ("node-manager", "object-manager", "runtime-env", "agent-grpc", "agent-http")
-    ray = pods(RAY_POD)
+    ray = pods(RAY_PODS)
     paths = [
         IngressPath(
             "ray",
@@ -86,7 +83,7 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
             "workers",
             _ports(worker, "nixl-side"),
             "vLLM's NIXL handshake between prefill and decode (the KV cache itself goes over EFA)",
-            pods(RAY_WORKER),
+            pods(RAY_WORKER_PODS),
         ),
         IngressPath(
             "kuberay",
@@ -142,8 +139,8 @@ def serving_policies(settings: Settings) -> list[dict[str, Any]]:
         policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
     ]
     targets: tuple[tuple[Literal["head", "workers"], dict[str, str]], ...] = (
-        ("head", RAY_HEAD),
-        ("workers", RAY_WORKER),
+        ("head", RAY_HEAD_PODS),
+        ("workers", RAY_WORKER_PODS),
     )
     for to, selector in targets:
         policies.append(

@@ -20,7 +20,7 @@ from typing import Any
 from config import Settings
 from manifests.bench import RESULT_MARKER, BenchOptions, bench_job
 from ops.kube import KubeApi, OpsError
-from planning.cost import PRICE_CACHE, CostReport, cost_report
+from planning.cost import PRICE_CACHE, CostReport, cost_report, planned_zone_count
 
 METRICS = ("ttft", "itl", "tpot", "e2el")
 PERCENTILES = ("p50", "p90", "p99")
@@ -75,10 +75,8 @@ def stack_hourly(
     """The serving hourly cost and where its prices came from (what `ops plan` shows)."""
     from ops.plan import prices_for
 
-    network = settings.network
-    zones = len(network.availability_zones) if network.availability_zones else network.max_availability_zones
     prices, source = prices_for(settings, root / PRICE_CACHE, clock)
-    return CostReport.total(cost_report(settings, prices, zones).serving), source
+    return CostReport.total(cost_report(settings, prices, planned_zone_count(settings)).serving), source
 
 
 def format_report(result: BenchResult, options: BenchOptions, hourly: float | None, source: str) -> str:

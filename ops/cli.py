@@ -20,7 +20,7 @@ from pathlib import Path
 
 from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
-from config.settings import ConfigError, Settings
+from config.settings import ConfigError, Settings, load_settings
 from ops.dashboards import Popen, default_popen, describe, forwards, run_forwards
 from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint
 from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings, stack_output
@@ -235,7 +235,7 @@ def _plan(args: argparse.Namespace) -> int:
     from ops.stack import load_stack_config
 
     config = load_stack_config(args.root, args.stack)
-    settings = load_stack_settings(args.root, args.stack)
+    settings = load_settings(config)
     progress(f"running the program for stack {args.stack} under the mocks (a few seconds)")
     sys.stdout.write(plan_report(args.stack, settings, config, args.root))
     return 0
@@ -359,13 +359,11 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
 
 def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
     """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
-    from planning.cost import PRICE_CACHE, PriceCache, price_queries, running_cost
+    from planning.cost import PRICE_CACHE, PriceCache, planned_zone_count, price_queries, running_cost
 
     cache = PriceCache(root / PRICE_CACHE, max_age=None)
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
-    network = settings.network
-    zones = len(network.availability_zones) if network.availability_zones else network.max_availability_zones
-    return running_cost(settings, prices, zones, gpu_nodes)
+    return running_cost(settings, prices, planned_zone_count(settings), gpu_nodes)
 
 
 def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str | None:

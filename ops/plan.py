@@ -115,12 +115,7 @@ def plan_report(
     ]
     if run.warnings:
         lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
-    summaries = []
-    skipping = False
-    for message in run.infos:
-        skipping = message.startswith(COST_HEADER) or (skipping and message.startswith("  "))
-        if not skipping and not message.startswith(COST_HEADER):
-            summaries.append(message)
+    summaries = [m for m in run.infos if not m.startswith(COST_HEADER)]  # the cost is one message
     lines += ["Hardware and fit:", *(f"  {m}" for m in summaries), ""]
     gpu_nodes = "0 (parked)" if settings.autoscaling.parked else str(gpu.desired_size)
     lines += [

@@ -159,6 +159,13 @@ def running_cost(settings: Settings, prices: dict[str, float | None], zones: int
     return f"Cost now: {shown} on demand, with {gpu_nodes} GPU node(s); at most {at_most}"
 
 
+def planned_zone_count(settings: Settings) -> int:
+    """The cluster's zones as the stack file says them (listed, else at most `maxAvailabilityZones`),
+    for a cost without the zones EC2 offers (ops status, ops bench)."""
+    network = settings.network
+    return len(network.availability_zones) if network.availability_zones else network.max_availability_zones
+
+
 def nat_gateway_count(settings: Settings, zones: int) -> int:
     """One NAT gateway, or one per cluster zone (`network.natGateways`)."""
     return 1 if settings.network.nat_gateways == "single" else zones

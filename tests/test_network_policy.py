@@ -10,8 +10,10 @@ import pytest
 
 from manifests import ray_ports
 from manifests.network_policy import BENCH_PODS, IMDS_V4, IMDS_V6
+from manifests.network_policy import RAY_HEAD_PODS as RAY_HEAD
+from manifests.network_policy import RAY_WORKER_PODS as RAY_WORKER
 from manifests.rayservice import build_rayservice, build_serving
-from manifests.serving_network import RAY_HEAD, RAY_WORKER, serving_paths, serving_policies
+from manifests.serving_network import serving_paths, serving_policies
 from planning import plan_stack
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import STACKS, StackRun, run_stack, stack_settings
