@@ -250,7 +250,7 @@ def main() -> None:
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
-        network_policies=serving_policies(settings),
+        network_policies=serving_policies(settings, plan.kv_path),
         parked=settings.autoscaling.parked,
     )
 

@@ -41,6 +41,13 @@ MAX_WORKER_PORT = 19999
 """Ray's default worker port range, set explicitly: every core worker (actors, Serve replicas) binds one."""
 NIXL_SIDE_CHANNEL = 20000
 """vLLM's NIXL handshake listener (ZMQ) on each GPU worker; outside the worker range on purpose."""
+UCX_TCP_PORTS = (20100, 20199)
+"""Where UCX's tcp transport listens, when NIXL's UCX backend moves the KV cache (`UCX_TCP_PORT_RANGE`).
+UCX 1.20 binds each tcp interface to a port the kernel picks unless told a range (uct/tcp/tcp_iface.c
+`uct_tcp_iface_server_init`: a random port of the range, retried while busy), and a port nobody can
+predict cannot be allowed by a policy: the decode worker's reads would hang. A NIXL agent opens one
+listener per network interface and UCX worker; a hundred ports leave room for vLLM's agent, the transfer
+probe of `ops verify`, and a restart's stragglers."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,13 @@ class PortRange:
     first: int
     last: int
 
+    def env(self) -> str:
+        """As UCX reads a range (`UCX_TCP_PORT_RANGE=first-last`)."""
+        return f"{self.first}-{self.last}"
+
 
 WORKER_PORTS = PortRange(MIN_WORKER_PORT, MAX_WORKER_PORT)
+UCX_TCP = PortRange(*UCX_TCP_PORTS)
 
 _EVERY_NODE = {
     "node-manager-port": NODE_MANAGER,

@@ -318,6 +318,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     if gpu.gpudirect_rdma:
         # Only P-series GPUs can register GPU memory with the EFA NIC directly; g5/g6/g6e cannot.
         env.append(EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1"))
+    if "UCX" in plan.kv_path.backends:
+        # UCX's tcp transport on ports the worker policy allows (manifests/ray_ports.py), not the kernel's.
+        env.append(EnvVar(name="UCX_TCP_PORT_RANGE", value=ray_ports.UCX_TCP.env()))
     if "LIBFABRIC" in plan.kv_path.backends:
         # NIXL (default WARN) then logs the libfabric provider its rails use and whether it has FI_HMEM
         # (src/utils/libfabric/libfabric_rail_manager.cpp, libfabric_rail.cpp at 1.3.1): ops verify's proof.

@@ -1,12 +1,14 @@
 """The serving namespace's NetworkPolicies: no instance metadata, and no ingress but the paths
 `serving_paths` lists: Ray's own traffic between its pods on the ports manifests/ray_ports.py pins,
-the NIXL side channel between GPU workers, the gateway to Serve's HTTP port, KubeRay's operator to
-the dashboard and the head's proxy health check, the serve readiness Job to the dashboard, and
-Prometheus to the metrics ports. The kubelet's probes (KubeRay's HTTP liveness probe on the
-dashboard agent port) come from the node, which the agent always allows.
+the NIXL side channel between GPU workers (and UCX's tcp ports, when UCX moves the KV cache), the
+gateway to Serve's HTTP port, KubeRay's operator to the dashboard and the head's proxy health check,
+the serve readiness Job to the dashboard, and Prometheus to the metrics ports. The kubelet's probes
+(KubeRay's HTTP liveness probe on the dashboard agent port) come from the node, which the agent always
+allows.
 
 EFA traffic bypasses the kernel's network stack (libfabric talks to the device), so NIXL's KV
-transfers are not seen by any policy: only its TCP side channel is.
+transfers are not seen by any policy: only its TCP side channel is. UCX's tcp transport is TCP like any
+other, so where UCX moves the KV cache its ports are pinned and allowed between the GPU workers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from manifests.network_policy import (
     policy,
 )
 from manifests.observability import MONITORING_NAMESPACE, head_metrics_ports
+from planning.kv_path import KvPath
 
 READY_CHECK = {"app.kubernetes.io/component": "serve-ready-check"}
 KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
@@ -55,8 +58,9 @@ def _ports(names: dict[str, int], *wanted: str) -> tuple[Port, ...]:
     return tuple(Port(n, names[n]) for n in wanted)
 
 
-def serving_paths(settings: Settings) -> list[IngressPath]:
-    """Every allowed path into the serving namespace's Ray pods."""
+def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
+    """Every allowed path into the serving namespace's Ray pods (`kv_path`: the plan's, which says
+    whether UCX moves the KV cache between the GPU workers)."""
     head = {**ray_ports.container_ports(head=True), **head_metrics_ports(settings)}
     worker = ray_ports.container_ports(head=False)
     workers_range = Port("worker-ports", ray_ports.MIN_WORKER_PORT, ray_ports.MAX_WORKER_PORT)
@@ -84,6 +88,19 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
             _ports(worker, "nixl-side"),
             "vLLM's NIXL handshake between prefill and decode (the KV cache itself goes over EFA)",
             pods(RAY_WORKER_PODS),
+        ),
+        *(
+            [
+                IngressPath(
+                    "ray-workers",
+                    "workers",
+                    (Port("ucx-tcp", ray_ports.UCX_TCP.first, ray_ports.UCX_TCP.last),),
+                    "the KV cache over UCX's tcp transport (UCX_TCP_PORT_RANGE)",
+                    pods(RAY_WORKER_PODS),
+                )
+            ]
+            if "UCX" in kv_path.backends
+            else []
         ),
         IngressPath(
             "kuberay",
@@ -130,10 +147,10 @@ def serving_paths(settings: Settings) -> list[IngressPath]:
     return paths
 
 
-def serving_policies(settings: Settings) -> list[dict[str, Any]]:
+def serving_policies(settings: Settings, kv_path: KvPath) -> list[dict[str, Any]]:
     """The serving namespace: no IMDS, no ingress but the listed paths."""
     namespace = settings.serving.namespace
-    paths = serving_paths(settings)
+    paths = serving_paths(settings, kv_path)
     policies = [
         no_instance_metadata(namespace),
         policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),

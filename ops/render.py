@@ -48,7 +48,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     jobs = [serving.model_copy] if serving.model_copy else []
     rendered = [
         serving.namespace,
-        *serving_policies(settings),
+        *serving_policies(settings, plan.kv_path),
         *serving.service_accounts,
         serving.plugins,
         serving.prepull,

@@ -27,6 +27,11 @@ POD_IDENTITY_AGENT = "169.254.170.23"
 settings = stack_settings
 
 
+def paths_of(s: Any, stack: str = "dev") -> list[Any]:
+    """The serving namespace's paths, for the KV path the stack's plan chose."""
+    return serving_paths(s, plan_stack(s, stack=stack).kv_path)
+
+
 def policies(run: StackRun) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r.inputs
@@ -115,7 +120,8 @@ class TestServingNamespace:
     @pytest.mark.parametrize("stack", STACKS)
     def test_policies_are_valid_kubernetes_objects(self, stack):
         for variant in ({}, {"endpoint": {"enabled": False}, "observability": {"enabled": False}}):
-            for policy in serving_policies(settings(stack, **variant)):
+            s = settings(stack, **variant)
+            for policy in serving_policies(s, plan_stack(s, stack=stack).kv_path):
                 assert object_errors(policy) == [], policy["metadata"]["name"]
 
     def test_selectors_match_the_pods_kuberay_creates(self):
@@ -149,11 +155,17 @@ class TestEveryPathIsOnAPortThePodsDeclare:
             "head": (declared_ports(cluster["headGroupSpec"]["template"]["spec"]), cluster["headGroupSpec"]),
             "workers": (declared_ports(group["template"]["spec"]), group),
         }
-        for path in serving_paths(s):
+        for path in paths_of(s, stack):
             declared, node_group = pods[path.to]
             for port in path.ports:
                 if port.end_port is None:
                     assert declared.get(port.name) == port.port, (path.peer, path.to, port)
+                elif port.name == "ucx-tcp":  # exactly the range UCX is told to listen in
+                    env = {
+                        e["name"]: e.get("value")
+                        for e in node_group["template"]["spec"]["containers"][0]["env"]
+                    }
+                    assert env["UCX_TCP_PORT_RANGE"] == f"{port.port}-{port.end_port}"
                 else:  # the worker range: exactly what `ray start` binds workers to
                     params = node_group["rayStartParams"]
                     assert (params["min-worker-port"], params["max-worker-port"]) == (
@@ -183,7 +195,7 @@ class TestEveryPathIsOnAPortThePodsDeclare:
 
     def test_the_nixl_side_channel_is_open_between_gpu_workers_only(self, dev_stack):
         s = settings()
-        (nixl,) = [p for p in serving_paths(s) if any(port.name == "nixl-side" for port in p.ports)]
+        (nixl,) = [p for p in paths_of(s) if any(port.name == "nixl-side" for port in p.ports)]
         assert (nixl.peer, nixl.to) == ("ray-workers", "workers")
         assert nixl.peer_selector == {"podSelector": {"matchLabels": RAY_WORKER}}
         worker = dev_stack.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
@@ -193,6 +205,28 @@ class TestEveryPathIsOnAPortThePodsDeclare:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(ray_ports.NIXL_SIDE_CHANNEL) == str(nixl.ports[0].port)
         )
 
+    def test_ucx_listens_where_the_workers_admit_it_and_only_when_ucx_moves_the_kv_cache(self, dev_stack):
+        """The dev plan moves the KV cache with UCX (g6 + a hybrid model): its tcp transport must listen on
+        ports the worker policy admits from the other GPU workers, or the decode side's reads hang."""
+        (ucx,) = [p for p in paths_of(settings()) if any(port.name == "ucx-tcp" for port in p.ports)]
+        assert (ucx.peer, ucx.to) == ("ray-workers", "workers")
+        assert ucx.peer_selector == {"podSelector": {"matchLabels": RAY_WORKER}}
+        (port,) = ucx.ports
+        assert (port.port, port.end_port) == ray_ports.UCX_TCP_PORTS
+        assert not port.port <= ray_ports.NIXL_SIDE_CHANNEL <= port.end_port
+        assert port.end_port < 32768  # below Linux's ephemeral range, where outgoing connections bind
+        worker = dev_stack.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+        env = {e["name"]: e.get("value") for e in worker["template"]["spec"]["containers"][0]["env"]}
+        assert env["UCX_TCP_PORT_RANGE"] == f"{port.port}-{port.end_port}"
+        # Where LIBFABRIC carries it (a GPUDirect RDMA type), neither the range nor the path exist.
+        p5 = settings(gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8})
+        assert not [p for p in paths_of(p5) if any(port.name == "ucx-tcp" for port in p.ports)]
+        p5_worker = build_rayservice(p5, plan_stack(p5, stack="dev")).to_dict()["spec"]["rayClusterConfig"]
+        p5_env = {
+            e["name"] for e in p5_worker["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert "UCX_TCP_PORT_RANGE" not in p5_env
+
 
 class TestPeers:
     def test_the_gateway_path_selects_the_pods_the_load_balancer_sends_to(self, dev_stack):
@@ -201,7 +235,7 @@ class TestPeers:
             for r in dev_stack.of_type("kubernetes:core/v1:Service")
             if r.inputs["spec"].get("type") == "LoadBalancer"
         )
-        gateway = [p for p in serving_paths(settings()) if p.peer == "gateway"]
+        gateway = [p for p in paths_of(settings()) if p.peer == "gateway"]
         assert {p.to for p in gateway} == {"head", "workers"}  # KubeRay's serve Service selects both
         for path in gateway:
             assert path.peer_selector == {
@@ -216,7 +250,7 @@ class TestPeers:
         s = settings()
         serving = build_serving(s, plan_stack(s, stack="dev"))
         pod_labels = serving.ready_check.job.to_dict()["spec"]["template"]["metadata"]["labels"]
-        (path,) = [p for p in serving_paths(s) if p.peer == "ready-check"]
+        (path,) = [p for p in paths_of(s) if p.peer == "ready-check"]
         assert matches(path.peer_selector["podSelector"], pod_labels)
         assert [p.port for p in path.ports] == [8265]  # DASHBOARD_URL of the check
 
@@ -224,7 +258,7 @@ class TestPeers:
         monitor = next(
             r for r in dev_stack.registrations if r.inputs.get("kind") == "ServiceMonitor"
         )  # selects the operator's Service, which selects its pods by the same name label
-        (path,) = [p for p in serving_paths(settings()) if p.peer == "kuberay"]
+        (path,) = [p for p in paths_of(settings()) if p.peer == "kuberay"]
         assert path.peer_selector["podSelector"] == monitor.inputs["spec"]["selector"]
         assert path.peer_selector["namespaceSelector"]["matchLabels"] == {
             "kubernetes.io/metadata.name": "kuberay-operator"
@@ -233,7 +267,7 @@ class TestPeers:
 
     def test_without_the_gateway_serve_is_open_to_the_vpc_only_for_the_api_server_proxy(self):
         s = settings(endpoint={"enabled": False})
-        paths = serving_paths(s)
+        paths = paths_of(s)
         assert not [p for p in paths if p.peer == "gateway"]
         vpc = [p for p in paths if p.peer == "vpc"]
         assert {p.to for p in vpc} == {"head", "workers"}
@@ -241,14 +275,12 @@ class TestPeers:
         assert all([port.port for port in p.ports] == [8000] for p in vpc)
 
     def test_prometheus_scrapes_only_the_metrics_ports(self):
-        with_metrics = [p for p in serving_paths(settings()) if p.peer == "prometheus"]
+        with_metrics = [p for p in paths_of(settings()) if p.peer == "prometheus"]
         assert {p.to: sorted(port.port for port in p.ports) for p in with_metrics} == {
             "head": [8080, 44227],
             "workers": [8080],
         }
-        assert not [
-            p for p in serving_paths(settings(observability={"enabled": False})) if p.peer == "prometheus"
-        ]
+        assert not [p for p in paths_of(settings(observability={"enabled": False})) if p.peer == "prometheus"]
 
 
 def ingress_allowed(run: StackRun, namespace: str) -> dict[str, tuple[dict[str, Any], list[dict], list]]:
