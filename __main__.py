@@ -99,6 +99,7 @@ def described_by_ec2(settings: Settings) -> dict[str, Ec2InstanceType]:
             gpu_memory_mib=gpus[0].memory_size if gpus else 0,
             efa_max_interfaces=answer.efa_maximum_interfaces if answer.efa_supported else 0,
             instance_storage_gb=answer.total_instance_storage or 0,
+            network_gbps=sum(card.baseline_bandwidth for card in answer.network_cards or []),
         )
     return described
 
@@ -144,7 +145,13 @@ def main() -> None:
     key_warnings = plan_key_changes(settings, record)
     creator = cluster_creator(record, plan.cluster_name, settings.region, caller.arn)
     access = plan_access(settings, creator)
-    for message in (plan.hardware_summary(), plan.fit.summary(), plan.kv_path.summary(), *access.notes):
+    for message in (
+        plan.hardware_summary(),
+        plan.fit.summary(),
+        plan.kv_path.summary(),
+        plan.kv_floor.summary(),
+        *access.notes,
+    ):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, stack_files_beside(Path(__file__).parent, stack))
     for message in (*plan.warnings, *zones.warnings, *key_warnings, *copies):

@@ -13,6 +13,9 @@ memory and the maximum EFA interfaces as EC2's DescribeInstanceTypes reports the
 aws/karpenter-provider-aws website/content/en/docs/reference/instance-types.md; the EFA device
 plugin's allow-list (aws/eks-charts stable/aws-efa-k8s-device-plugin/values.yaml), which agrees that
 g5/g6/g6e have EFA from 8xlarge up; GPUDirect RDMA only on P-series from p4d (aws/aws-ofi-nccl#547).
+`network_gbps` is each type's baseline network bandwidth from the same EC2 pages' network tables
+(#ac_network, #gp_network), as aws/karpenter-provider-aws scrapes them into
+pkg/providers/instancetype/zz_generated.bandwidth.go @ 7f27b4e85d31 (2026-08-18, Mbit/s there).
 `gpu_memory_gib` is the memory per GPU that vLLM's `gpu_memory_utilization` is a fraction of: what
 nvidia-smi reports where we have a reading (A10G 23028 MiB, L4 23034 MiB), else EC2's figure.
 """
@@ -41,6 +44,9 @@ class InstanceType:
     gpudirect_rdma: bool = False
     local_nvme_gb: int = 0
     """Instance-store NVMe, in GB (0: none or unknown)."""
+    network_gbps: float = 0.0
+    """Baseline network bandwidth of the whole instance, in Gbit/s, the sum over its network cards (0:
+    unknown): what `ops verify`'s KV transfer floor is a share of (planning/kv_path.py)."""
     source: str = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
 
     @property
@@ -77,33 +83,55 @@ CATALOG: dict[str, InstanceType] = {
     t.name: t
     for t in (
         # CPU types for the system node group.
-        InstanceType("m7i.large", vcpu=2, memory_gib=8, source=_GP),
-        InstanceType("m7i.xlarge", vcpu=4, memory_gib=16, source=_GP),
-        InstanceType("m7i.2xlarge", vcpu=8, memory_gib=32, source=_GP),
-        InstanceType("m7i.4xlarge", vcpu=16, memory_gib=64, source=_GP),
+        InstanceType("m7i.large", vcpu=2, memory_gib=8, network_gbps=0.781, source=_GP),
+        InstanceType("m7i.xlarge", vcpu=4, memory_gib=16, network_gbps=1.562, source=_GP),
+        InstanceType("m7i.2xlarge", vcpu=8, memory_gib=32, network_gbps=3.125, source=_GP),
+        InstanceType("m7i.4xlarge", vcpu=16, memory_gib=64, network_gbps=6.25, source=_GP),
         # GPU types without EFA: valid GPUs, refused for the EFA worker group.
-        InstanceType("g5.xlarge", 4, 16, 1, "A10G", 24, _A10G, source=_AC),
-        InstanceType("g6.xlarge", 4, 16, 1, "L4", 24, _L4, source=_AC),
-        InstanceType("g6.2xlarge", 8, 32, 1, "L4", 24, _L4, source=_AC),
-        InstanceType("g6.4xlarge", 16, 64, 1, "L4", 24, _L4, source=_AC),
+        InstanceType("g5.xlarge", 4, 16, 1, "A10G", 24, _A10G, network_gbps=2.5, source=_AC),
+        InstanceType("g6.xlarge", 4, 16, 1, "L4", 24, _L4, network_gbps=2.5, source=_AC),
+        InstanceType("g6.2xlarge", 8, 32, 1, "L4", 24, _L4, network_gbps=5, source=_AC),
+        InstanceType("g6.4xlarge", 16, 64, 1, "L4", 24, _L4, network_gbps=10, source=_AC),
         # g5: NVIDIA A10G, EFA from 8xlarge up.
-        InstanceType("g5.8xlarge", 32, 128, 1, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
-        InstanceType("g5.12xlarge", 48, 192, 4, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
-        InstanceType("g5.16xlarge", 64, 256, 1, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
-        InstanceType("g5.24xlarge", 96, 384, 4, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
-        InstanceType("g5.48xlarge", 192, 768, 8, "A10G", 24, _A10G, efa_interfaces=1, source=_AC),
+        InstanceType(
+            "g5.8xlarge", 32, 128, 1, "A10G", 24, _A10G, efa_interfaces=1, network_gbps=25, source=_AC
+        ),
+        InstanceType(
+            "g5.12xlarge", 48, 192, 4, "A10G", 24, _A10G, efa_interfaces=1, network_gbps=40, source=_AC
+        ),
+        InstanceType(
+            "g5.16xlarge", 64, 256, 1, "A10G", 24, _A10G, efa_interfaces=1, network_gbps=25, source=_AC
+        ),
+        InstanceType(
+            "g5.24xlarge", 96, 384, 4, "A10G", 24, _A10G, efa_interfaces=1, network_gbps=50, source=_AC
+        ),
+        InstanceType(
+            "g5.48xlarge", 192, 768, 8, "A10G", 24, _A10G, efa_interfaces=1, network_gbps=100, source=_AC
+        ),
         # g6: NVIDIA L4, EFA from 8xlarge up, no GPUDirect RDMA.
-        InstanceType("g6.8xlarge", 32, 128, 1, "L4", 24, _L4, efa_interfaces=1, source=_AC),
-        InstanceType("g6.12xlarge", 48, 192, 4, "L4", 24, _L4, efa_interfaces=1, source=_AC),
-        InstanceType("g6.16xlarge", 64, 256, 1, "L4", 24, _L4, efa_interfaces=1, source=_AC),
-        InstanceType("g6.24xlarge", 96, 384, 4, "L4", 24, _L4, efa_interfaces=1, source=_AC),
-        InstanceType("g6.48xlarge", 192, 768, 8, "L4", 24, _L4, efa_interfaces=1, source=_AC),
+        InstanceType("g6.8xlarge", 32, 128, 1, "L4", 24, _L4, efa_interfaces=1, network_gbps=25, source=_AC),
+        InstanceType("g6.12xlarge", 48, 192, 4, "L4", 24, _L4, efa_interfaces=1, network_gbps=40, source=_AC),
+        InstanceType("g6.16xlarge", 64, 256, 1, "L4", 24, _L4, efa_interfaces=1, network_gbps=25, source=_AC),
+        InstanceType("g6.24xlarge", 96, 384, 4, "L4", 24, _L4, efa_interfaces=1, network_gbps=50, source=_AC),
+        InstanceType(
+            "g6.48xlarge", 192, 768, 8, "L4", 24, _L4, efa_interfaces=1, network_gbps=100, source=_AC
+        ),
         # g6e: NVIDIA L40S.
-        InstanceType("g6e.8xlarge", 32, 256, 1, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
-        InstanceType("g6e.12xlarge", 48, 384, 4, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
-        InstanceType("g6e.16xlarge", 64, 512, 1, "L40S", 48, _L40S, efa_interfaces=1, source=_AC),
-        InstanceType("g6e.24xlarge", 96, 768, 4, "L40S", 48, _L40S, efa_interfaces=2, source=_AC),
-        InstanceType("g6e.48xlarge", 192, 1536, 8, "L40S", 48, _L40S, efa_interfaces=4, source=_AC),
+        InstanceType(
+            "g6e.8xlarge", 32, 256, 1, "L40S", 48, _L40S, efa_interfaces=1, network_gbps=25, source=_AC
+        ),
+        InstanceType(
+            "g6e.12xlarge", 48, 384, 4, "L40S", 48, _L40S, efa_interfaces=1, network_gbps=100, source=_AC
+        ),
+        InstanceType(
+            "g6e.16xlarge", 64, 512, 1, "L40S", 48, _L40S, efa_interfaces=1, network_gbps=35, source=_AC
+        ),
+        InstanceType(
+            "g6e.24xlarge", 96, 768, 4, "L40S", 48, _L40S, efa_interfaces=2, network_gbps=200, source=_AC
+        ),
+        InstanceType(
+            "g6e.48xlarge", 192, 1536, 8, "L40S", 48, _L40S, efa_interfaces=4, network_gbps=400, source=_AC
+        ),
         # p4d / p5 / p5e / p5en: A100, H100, H200 with GPUDirect RDMA over EFA.
         InstanceType(
             "p4d.24xlarge",
@@ -115,6 +143,7 @@ CATALOG: dict[str, InstanceType] = {
             _A100_40,
             efa_interfaces=4,
             gpudirect_rdma=True,
+            network_gbps=400,
             source=_AC,
         ),
         InstanceType(
@@ -127,6 +156,7 @@ CATALOG: dict[str, InstanceType] = {
             _H100_80,
             efa_interfaces=32,
             gpudirect_rdma=True,
+            network_gbps=3200,
             source=_AC,
         ),
         InstanceType(
@@ -139,6 +169,7 @@ CATALOG: dict[str, InstanceType] = {
             _H200,
             efa_interfaces=32,
             gpudirect_rdma=True,
+            network_gbps=3200,
             source=_AC,
         ),
         InstanceType(
@@ -151,6 +182,7 @@ CATALOG: dict[str, InstanceType] = {
             _H200,
             efa_interfaces=16,
             gpudirect_rdma=True,
+            network_gbps=3200,
             source=_AC,
         ),
     )
@@ -171,6 +203,8 @@ class Ec2InstanceType:
     efa_max_interfaces: int = 0
     """0 when EFA is not supported."""
     instance_storage_gb: int = 0
+    network_gbps: float = 0.0
+    """The sum of the network cards' `BaselineBandwidthInGbps`."""
 
 
 def _gpudirect_rdma(name: str) -> bool:
@@ -193,13 +227,15 @@ def from_ec2(ec2: Ec2InstanceType, offline: InstanceType | None) -> tuple[Instan
         efa_interfaces=ec2.efa_max_interfaces,
         gpudirect_rdma=offline.gpudirect_rdma if offline else _gpudirect_rdma(ec2.name),
         local_nvme_gb=ec2.instance_storage_gb,
+        network_gbps=ec2.network_gbps or (offline.network_gbps if offline else 0.0),
         source="EC2 DescribeInstanceTypes" + (" and planning/catalog.py" if offline else ""),
     )
     warnings = []
     if offline is not None:
-        for field in ("vcpu", "memory_gib", "gpus", "efa_interfaces"):
+        for field in ("vcpu", "memory_gib", "gpus", "efa_interfaces", "network_gbps"):
             ours, theirs = getattr(offline, field), getattr(described, field)
-            if ours != theirs:
+            # Bandwidth: the catalog's figures come in Mbit/s (1562 for EC2's 1.5625 Gbit/s).
+            if abs(ours - theirs) > (0.01 * max(ours, theirs) if field == "network_gbps" else 0):
                 warnings.append(
                     f"{ec2.name}: planning/catalog.py says {field} {ours}, EC2 says {theirs}; using EC2's "
                     "(update the catalog)"

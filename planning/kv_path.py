@@ -20,7 +20,15 @@ What was read, at the pinned versions (vLLM 0.26.0 wheel, NIXL 1.3.1, Ray 2.58.0
 
 So: GPUDirect RDMA (p4d, p5 families): LIBFABRIC with GPU buffers. None (g5, g6, g6e): LIBFABRIC with
 host buffers when the model has only attention layers; for a hybrid model (the default Qwen3.5-9B)
-UCX with GPU buffers, over TCP, which the preview says in so many words.
+UCX with GPU buffers, over TCP, which the preview says in so many words. (UCX 1.19 and later, which
+NIXL 1.3.1's wheel bundles as 1.21.0, also has an EFA transport, `srd`; whether it serves the reads is
+up to UCX on the node, and `ops verify`'s transfer probe reports the transport it saw.)
+
+The floor `ops verify` holds a measured KV transfer to (`transfer_floor`) is half of what one GPU's
+share of the node's network carries: over EFA, the instance's baseline bandwidth times the EFA
+interfaces per GPU of the worker over the node's; over TCP, at most one flow's 10 Gbit/s. A path that
+silently degraded (TCP where EFA was planned, one rail of several) falls far below it; protocol
+overhead does not.
 """
 
 from __future__ import annotations
@@ -35,6 +43,56 @@ from planning.catalog import InstanceType
 
 Backend = Literal["LIBFABRIC", "UCX"]
 BufferDevice = Literal["cuda", "cpu"]
+Wire = Literal["efa", "tcp"]
+
+FLOOR_SHARE = 0.5
+"""The floor is this share of what the worker's network carries."""
+TCP_FLOW_GBPS = 10.0
+"""EC2: a single TCP flow between instances of one cluster placement group reaches up to 10 Gbit/s
+(5 outside one); https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html.
+The GPU nodes share a cluster placement group (pulumi-eks, `enable_efa_support`), and a UCX tcp
+endpoint is one connection."""
+EC2_BANDWIDTH_SOURCE = "EC2's baseline bandwidth for the type"
+
+
+@dataclass(frozen=True)
+class TransferFloor:
+    """The least KV transfer rate `ops verify` accepts, per wire, in GB/s (decimal), with its basis."""
+
+    efa_gbytes_s: float | None
+    tcp_gbytes_s: float | None
+    basis: str
+
+    def on(self, wire: Wire) -> float | None:
+        return self.efa_gbytes_s if wire == "efa" else self.tcp_gbytes_s
+
+    def summary(self) -> str:
+        if self.efa_gbytes_s is None or self.tcp_gbytes_s is None:
+            return f"KV transfer floor for `ops verify`: none ({self.basis})"
+        return (
+            f"KV transfer floor for `ops verify`: {self.efa_gbytes_s:.2f} GB/s over EFA, "
+            f"{self.tcp_gbytes_s:.2f} GB/s over TCP ({self.basis})"
+        )
+
+
+def transfer_floor(gpu: InstanceType, efa_per_worker: int, tensor_parallel_size: int) -> TransferFloor:
+    """Half of what one GPU's share of the node's network carries, over EFA and over TCP: the probe,
+    like each tensor-parallel rank's KV transfer, moves one GPU's buffer, and NIXL stripes it over the
+    EFA interfaces it finds near that GPU (one at least)."""
+    if not gpu.network_gbps or not gpu.efa_interfaces or efa_per_worker < 1:
+        return TransferFloor(None, None, f"the network bandwidth of {gpu.name} is not known")
+    interfaces = max(1, efa_per_worker // max(tensor_parallel_size, 1))
+    share_gbps = gpu.network_gbps * interfaces / gpu.efa_interfaces
+    basis = (
+        f"{FLOOR_SHARE:.0%} of {share_gbps:g} Gbit/s: {interfaces} of {gpu.name}'s {gpu.efa_interfaces} "
+        f"EFA interface(s) per GPU, of {gpu.network_gbps:g} Gbit/s ({EC2_BANDWIDTH_SOURCE}); over TCP at "
+        f"most one flow's {TCP_FLOW_GBPS:g} Gbit/s"
+    )
+    return TransferFloor(
+        efa_gbytes_s=round(FLOOR_SHARE * share_gbps / 8, 3),
+        tcp_gbytes_s=round(FLOOR_SHARE * min(share_gbps, TCP_FLOW_GBPS) / 8, 3),
+        basis=basis,
+    )
 
 
 @dataclass(frozen=True)

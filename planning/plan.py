@@ -33,7 +33,7 @@ from planning.capacity import (
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.exposure import exposure_warnings
-from planning.kv_path import KvPath, plan_kv_path
+from planning.kv_path import KvPath, TransferFloor, plan_kv_path, transfer_floor
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
@@ -63,6 +63,8 @@ class Plan:
     """Whether the model can start on a worker, with the numbers (logged at every preview)."""
     kv_path: KvPath
     """NIXL's backend and where the KV buffers live, and why (logged at every preview)."""
+    kv_floor: TransferFloor
+    """The least KV transfer rate `ops verify` accepts (logged at every preview)."""
     upgrade: UpgradePlan
     """How a Ray cluster change rolls out."""
     image: str
@@ -317,6 +319,7 @@ def plan_stack(
         shm_size=shm,
         fit=fit,
         kv_path=kv_path,
+        kv_floor=transfer_floor(gpu, efa_per_pod(gpu, per_node), tp),
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
