@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
@@ -96,11 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify = commands.add_parser(
         "verify",
-        help="smoke test after `pulumi up`: models, a streamed chat, NIXL over EFA, GPU/EFA capacity",
+        help="smoke test after `pulumi up`: models, a streamed chat, the KV path (backend, a transfer "
+        "checked byte by byte and timed), GPU/EFA capacity",
         description="Check that the endpoint's gateway refuses a request without an API key (401), that "
         "GET /v1/models lists the model, that a streamed chat completion returns text (reporting time to "
-        "first token and tokens/s), that every Ray worker's logs show NIXL's LIBFABRIC backend and no UCX, "
-        "and that every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa. With --stack and the "
+        "first token and tokens/s), that every Ray worker's logs show the NIXL backend the plan chose, that "
+        "a known buffer moved between two GPU workers through NIXL arrives intact over the planned transport "
+        "(libfabric's efa provider, or the transport UCX names) at no less than the plan's floor, and that "
+        "every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa. With --stack and the "
         "endpoint on, HTTP goes to the gateway through the Kubernetes API server's service proxy, with a "
         "key from the stack's `apiKeys` output; without it, to the serve Service. --base-url calls a URL "
         f"instead (the key then from --stack, else ${API_KEY_ENV}). Exits 1 if any check fails.",
@@ -175,12 +179,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", metavar="ID", help=f"model id (default: the stack's, else {DEFAULT_MODEL})"
     )
     verify.add_argument(
+        "--kv-probe-mib",
+        type=_probe_mib,
+        default=256,
+        metavar="N",
+        help="MiB the KV transfer probe moves between two GPU workers through NIXL, five times (default "
+        "256, in 4 MiB blocks; up to 4096); 0 skips the probe",
+    )
+    verify.add_argument(
+        "--kv-floor",
+        type=_positive_float,
+        metavar="GB/S",
+        help="the least KV transfer rate to accept, instead of the plan's floor (the preview's "
+        '"KV transfer floor" line)',
+    )
+    verify.add_argument(
         "--client",
         metavar="NAME",
         help="whose API key to use, of the stack's endpoint.clients (default: `default`, else the "
         "first by name)",
     )
     return parser
+
+
+def _probe_mib(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{value}: 0 (no probe) to 4096 MiB")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: a rate above 0")
+    return value
 
 
 def main(
@@ -206,7 +239,7 @@ def main(
             return _dashboards(args, run, popen, sleep)
         if args.command == "summary":
             return _summary(args, run)
-        return _against_cluster(args, connect or _connect_kube, run, clock)
+        return _against_cluster(args, connect or _connect_kube, run, clock, sleep)
     except ConfigError as error:
         print(f"ops: {error}", file=sys.stderr)
         return 2
@@ -402,15 +435,37 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _kv_path(args: argparse.Namespace, settings: Settings | None) -> tuple[tuple[str, ...], str]:
-    """The NIXL backends and buffer device the stack's plan chose (offline: the catalog's facts);
-    without a stack, LIBFABRIC with GPU buffers."""
-    if settings is None:
-        return ("LIBFABRIC",), "cuda"
-    from planning import plan_stack
+def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str, Any]:
+    """VerifyTarget's KV fields: the NIXL backends, buffer device, wire and floor the stack's plan chose
+    (offline: the catalog's facts), and the transfer probe; without a stack, LIBFABRIC with GPU buffers
+    over EFA and no floor."""
+    from ops.kv_transfer import MIB, ProbeSpec
 
-    path = plan_stack(settings, stack=args.stack).kv_path
-    return path.backends, path.buffer_device
+    if settings is None:
+        backends, device, over_efa, floor = ("LIBFABRIC",), "cuda", True, None
+    else:
+        from planning import plan_stack
+
+        plan = plan_stack(settings, stack=args.stack)
+        backends, device = plan.kv_path.backends, plan.kv_path.buffer_device
+        over_efa, floor = plan.kv_path.over_efa, plan.kv_floor
+    probe = None
+    if args.kv_probe_mib:
+        block = 4 * MIB if args.kv_probe_mib % 4 == 0 else MIB  # vLLM's blocks are smaller; NIXL splits
+        probe = ProbeSpec(
+            backends=tuple(backends),
+            memory="VRAM" if device == "cuda" else "DRAM",
+            blocks=args.kv_probe_mib * MIB // block,
+            block_bytes=block,
+        )
+    return {
+        "kv_backends": tuple(backends),
+        "kv_buffer_device": device,
+        "kv_over_efa": over_efa,
+        "kv_probe": probe,
+        "kv_floor": floor,
+        "kv_floor_override": args.kv_floor,
+    }
 
 
 def _credentials_work(kubeconfig: Path | None, run: Runner) -> None:
@@ -423,7 +478,11 @@ def _credentials_work(kubeconfig: Path | None, run: Runner) -> None:
 
 
 def _against_cluster(
-    args: argparse.Namespace, connect: Connect, run: Runner, clock: Callable[[], float]
+    args: argparse.Namespace,
+    connect: Connect,
+    run: Runner,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
 ) -> int:
     from ops.status import collect_status
     from ops.verify import VerifyTarget, verify
@@ -461,10 +520,7 @@ def _against_cluster(
             f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"
         )
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
-        backends, device = _kv_path(args, settings)
-        target = VerifyTarget(
-            namespace, name, model, gateway=gateway, kv_backends=backends, kv_buffer_device=device
-        )
-        result = verify(api, target, clock=clock, progress=progress)
+        target = VerifyTarget(namespace, name, model, gateway=gateway, **_kv_target(args, settings))
+        result = verify(api, target, clock=clock, progress=progress, sleep=sleep)
         print(result.format())
         return 0 if result.passed else 1

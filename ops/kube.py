@@ -85,7 +85,16 @@ class KubeApi(Protocol):
 
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]: ...
 
-    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult: ...
+    def exec_in_pod(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        command: Sequence[str],
+        timeout: float = EXEC_TIMEOUT_S,
+    ) -> ExecResult:
+        """Run `command` in the container; its output and exit code, returncode None after `timeout`."""
+        ...
 
     def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         """Create a Job (OpsError when one of that name exists)."""
@@ -380,7 +389,14 @@ class KubeClient:
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
         return self._list("nodes", self._core.list_node, label_selector=label_selector)
 
-    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult:
+    def exec_in_pod(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        command: Sequence[str],
+        timeout: float = EXEC_TIMEOUT_S,
+    ) -> ExecResult:
         from kubernetes.stream import stream
 
         # `stream` swaps the ApiClient's transport for a websocket during the call, so it gets its own.
@@ -401,7 +417,7 @@ class KubeClient:
         except self._errors() as error:
             raise self._failure(f"exec {command[0]} in container {container} failed", error) from None
         try:
-            ws.run_forever(timeout=EXEC_TIMEOUT_S)
+            ws.run_forever(timeout=timeout)
             stdout, stderr = ws.read_stdout(), ws.read_stderr()
             try:
                 returncode = ws.returncode

@@ -19,7 +19,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, OpsError, excerpt
+from ops.kv_transfer import (
+    BACKEND_PATTERN,
+    HMEM_PATTERN,
+    PROVIDER_PATTERN,
+    WORKER_CONTAINER,
+    ProbeSpec,
+    judge,
+    libfabric_problems,
+    pick_pair,
+    run_probe,
+)
 from ops.status import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, Progress, parse_gpu_node, quiet
+from planning.kv_path import TransferFloor
 
 Clock = Callable[[], float]
 
@@ -27,15 +39,7 @@ MODELS_PATH = "models"
 CHAT_PATH = "chat/completions"
 PROMPT = "Explain the benefits of prefill/decode disaggregation."
 MAX_TOKENS = 200
-WORKER_CONTAINER = "ray-worker"
 RAY_LOG_DIR = "/tmp/ray/session_latest/logs/"
-BACKEND_PATTERN = "Backend (LIBFABRIC|UCX) was instantiated"
-"""What NIXL logs when it creates a transfer backend (the seed's grep, an extended regex)."""
-PROVIDER_PATTERN = "rails using provider=([A-Za-z0-9_;.-]+)"
-"""NIXL 1.3.1 at INFO (the workers' NIXL_LOG_LEVEL with LIBFABRIC): "Created N rails using provider=efa"
-(src/utils/libfabric/libfabric_rail_manager.cpp)."""
-HMEM_PATTERN = "Using provider (with|without) FI_HMEM support"
-"""Whether the rails can register GPU memory (libfabric_rail.cpp): without it GPU buffers fail."""
 NIXL_BACKEND_GREP = (
     "grep",
     "-rhoE",
@@ -54,6 +58,8 @@ CHECK_AUTH = "API key required"
 CHECK_MODELS = "GET /v1/models"
 CHECK_CHAT = "streamed chat completion"
 CHECK_NIXL = "NIXL backend"
+CHECK_TRANSFER = "KV transfer"
+CHECK_BANDWIDTH = "KV bandwidth"
 CHECK_NODES = "GPU nodes"
 
 
@@ -69,6 +75,14 @@ class VerifyTarget:
     """The NIXL backends the stack's plan chose (planning/kv_path.py): what the workers must log."""
     kv_buffer_device: str = "cuda"
     """Where the plan keeps the KV buffers (GPU buffers over LIBFABRIC need rails with FI_HMEM)."""
+    kv_over_efa: bool = True
+    """Whether the plan expects the KV bytes to cross EFA (else TCP)."""
+    kv_probe: ProbeSpec | None = None
+    """The transfer probe to run between two GPU workers (ops/kv_transfer.py); None skips it."""
+    kv_floor: TransferFloor | None = None
+    """The plan's floor for the probe's rate (planning/kv_path.py); None: no stack, no floor."""
+    kv_floor_override: float | None = None
+    """GB/s the probe must reach, instead of the plan's floor (`--kv-floor`)."""
 
 
 @dataclass(frozen=True)
@@ -291,31 +305,6 @@ def worker_selector(api: KubeApi, target: VerifyTarget) -> str:
     return selector
 
 
-def libfabric_problems(pod: str, grep_output: str, target: VerifyTarget) -> list[str]:
-    """What the NIXL log says against the planned path: the provider must be efa (never tcp or
-    sockets), and GPU buffers need rails with FI_HMEM."""
-    providers = set(re.findall(PROVIDER_PATTERN, grep_output))
-    if not providers:
-        return [
-            f"{pod}: NIXL logged no libfabric provider: the workers need NIXL_LOG_LEVEL=INFO (the stack "
-            "sets it with LIBFABRIC; a pod from before that change says nothing)"
-        ]
-    problems = []
-    if providers != {"efa"}:
-        problems.append(
-            f"{pod}: NIXL's rails use provider {', '.join(sorted(providers))}, not efa: the KV cache does "
-            "not cross EFA. Check FI_PROVIDER=efa, the pod's vpc.amazonaws.com/efa, and the security "
-            "group (EFA needs all traffic to and from itself)"
-        )
-    hmem = set(re.findall(HMEM_PATTERN, grep_output))
-    if target.kv_buffer_device == "cuda" and "without" in hmem:
-        problems.append(
-            f"{pod}: NIXL's rails have no FI_HMEM, so GPU buffers cannot be registered: set "
-            "model.kvBufferDevice cpu (attention-only models) or use a type with GPUDirect RDMA"
-        )
-    return problems
-
-
 def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = quiet) -> CheckResult:
     selector = worker_selector(api, target)
     pods = sorted(api.list_pods(target.namespace, selector), key=lambda p: p["metadata"]["name"])
@@ -341,7 +330,7 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
         counts = backend_counts(result.stdout)
         seen = ", ".join(f"{backend} x{n}" for backend, n in sorted(counts.items()))
         if counts["LIBFABRIC"] and "LIBFABRIC" in target.kv_backends:
-            wrong_path += libfabric_problems(name, result.stdout, target)
+            wrong_path += libfabric_problems(name, result.stdout, target.kv_buffer_device)
             providers = sorted(set(re.findall(PROVIDER_PATTERN, result.stdout)))
             if providers:
                 seen += f"; provider {', '.join(providers)}"
@@ -384,6 +373,40 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
     return CheckResult(CHECK_NIXL, True, "\n".join([verdict, *findings]))
 
 
+def check_kv_transfer(
+    api: KubeApi,
+    target: VerifyTarget,
+    progress: Progress = quiet,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = time.monotonic,
+) -> list[CheckResult]:
+    """Move a known buffer between two GPU workers through NIXL (ops/kv_transfer.py): the bytes, the
+    transport, and the rate against the plan's floor."""
+    assert target.kv_probe is not None
+    pods = api.list_pods(target.namespace, worker_selector(api, target))
+    pair = pick_pair(pods)
+    if isinstance(pair, str):
+        single_node = "never leaves" in pair
+        reason = pair + ("; nothing to probe" if single_node else "")
+        return [
+            CheckResult(CHECK_TRANSFER, single_node, reason),
+            CheckResult(CHECK_BANDWIDTH, single_node, reason),
+        ]
+    run = run_probe(api, target.namespace, pair, target.kv_probe, progress, sleep=sleep, clock=clock)
+    transfer, bandwidth = judge(
+        run,
+        target.kv_probe,
+        buffer_device=target.kv_buffer_device,
+        planned_over_efa=target.kv_over_efa,
+        floor=target.kv_floor,
+        floor_override=target.kv_floor_override,
+    )
+    return [
+        CheckResult(CHECK_TRANSFER, transfer.passed, transfer.reason),
+        CheckResult(CHECK_BANDWIDTH, bandwidth.passed, bandwidth.reason),
+    ]
+
+
 def check_gpu_nodes(api: KubeApi) -> CheckResult:
     nodes = [parse_gpu_node(n) for n in api.list_nodes(GPU_NODE_SELECTOR)]
     if not nodes:
@@ -408,30 +431,43 @@ def check_gpu_nodes(api: KubeApi) -> CheckResult:
 
 
 def verify(
-    api: KubeApi, target: VerifyTarget, clock: Clock = time.monotonic, progress: Progress = quiet
+    api: KubeApi,
+    target: VerifyTarget,
+    clock: Clock = time.monotonic,
+    progress: Progress = quiet,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> VerifyReport:
     """Run every check, even after a failure: the report should name everything that is wrong."""
-    steps: list[tuple[str, str, Callable[[], CheckResult]]] = []
+    steps: list[tuple[tuple[str, ...], str, Callable[[], CheckResult | list[CheckResult]]]] = []
     if target.gateway:
-        steps.append((CHECK_AUTH, "calling the gateway without a key", lambda: check_key_required(api)))
+        steps.append(((CHECK_AUTH,), "calling the gateway without a key", lambda: check_key_required(api)))
     steps += [
-        (CHECK_MODELS, "listing models", lambda: check_models(api, target.model)),
+        ((CHECK_MODELS,), "listing models", lambda: check_models(api, target.model)),
         (
-            CHECK_CHAT,
+            (CHECK_CHAT,),
             f"streaming a chat completion from {target.model}",
             lambda: check_chat(api, target.model, clock),
         ),
-        (CHECK_NIXL, "finding the Ray worker pods", lambda: check_nixl_backend(api, target, progress)),
-        (CHECK_NODES, "reading GPU node capacity", lambda: check_gpu_nodes(api)),
+        ((CHECK_NIXL,), "finding the Ray worker pods", lambda: check_nixl_backend(api, target, progress)),
     ]
-    results = []
-    for name, doing, run in steps:
+    if target.kv_probe is not None:
+        steps.append(
+            (
+                (CHECK_TRANSFER, CHECK_BANDWIDTH),
+                "moving a known buffer between two GPU workers through NIXL",
+                lambda: check_kv_transfer(api, target, progress, sleep, clock),
+            )
+        )
+    steps.append(((CHECK_NODES,), "reading GPU node capacity", lambda: check_gpu_nodes(api)))
+    results: list[CheckResult] = []
+    for names, doing, run in steps:
         progress(doing)
         try:
-            results.append(run())
+            outcome = run()
+            results += outcome if isinstance(outcome, list) else [outcome]
         except OpsError as error:
-            results.append(CheckResult(name, False, str(error)))
+            results += [CheckResult(name, False, str(error)) for name in names]
         except (ValueError, KeyError, TypeError) as error:
             # A malformed answer fails its check; it must not hide the other checks' verdicts.
-            results.append(CheckResult(name, False, f"unexpected answer: {error!r}"))
+            results += [CheckResult(name, False, f"unexpected answer: {error!r}") for name in names]
     return VerifyReport(tuple(results))

@@ -16,7 +16,7 @@ from ops.kube import ExecResult
 from ops.verify import CHECK_NIXL, VerifyTarget, check_nixl_backend
 from planning import plan_stack
 from planning.catalog import CATALOG
-from planning.kv_path import plan_kv_path
+from planning.kv_path import plan_kv_path, transfer_floor
 from tests.fakes.kube import fixture_text, healthy_cluster
 from tests.fakes.pulumi import run_stack, stack_settings
 
@@ -168,10 +168,19 @@ class TestVerifyExpectsThePlansBackend:
     def test_the_cli_expects_what_the_stacks_plan_chose(self):
         from argparse import Namespace
 
-        from ops.cli import _kv_path
+        from ops.cli import _kv_target
 
-        assert _kv_path(Namespace(stack="dev"), stack_settings("dev")) == (("UCX",), "cuda")
-        assert _kv_path(Namespace(stack=None), None) == (("LIBFABRIC",), "cuda")
+        options = {"kv_probe_mib": 256, "kv_floor": None}
+        dev = _kv_target(Namespace(stack="dev", **options), stack_settings("dev"))
+        assert (dev["kv_backends"], dev["kv_buffer_device"], dev["kv_over_efa"]) == (("UCX",), "cuda", False)
+        assert dev["kv_probe"].backends == ("UCX",) and dev["kv_probe"].memory == "VRAM"
+        assert dev["kv_floor"].tcp_gbytes_s == 0.625  # g6.8xlarge: half of one TCP flow's 10 Gbit/s
+        bare = _kv_target(Namespace(stack=None, **options), None)
+        assert (bare["kv_backends"], bare["kv_buffer_device"], bare["kv_floor"]) == (
+            ("LIBFABRIC",),
+            "cuda",
+            None,
+        )
 
 
 class TestVerifyProvesTheLibfabricPath:
@@ -215,3 +224,49 @@ class TestVerifyProvesTheLibfabricPath:
         assert "NIXL_LOG_LEVEL" not in worker_env(dev_stack)  # UCX on g6 + Qwen3.5
         run = run_stack(stack="dev", overrides={"model": ATTENTION_ONLY})
         assert worker_env(run)["NIXL_LOG_LEVEL"] == "INFO"
+
+
+class TestTheTransferFloor:
+    """What `ops verify` holds a measured KV transfer to: half of one GPU's share of the node's network,
+    over EFA; over TCP at most half of one flow's 10 Gbit/s (planning/kv_path.py `transfer_floor`)."""
+
+    @pytest.mark.parametrize(
+        ("gpu", "efa_per_worker", "tp", "efa_gbytes_s"),
+        [
+            ("g6.8xlarge", 1, 1, 1.562),  # 25 Gbit/s, one EFA
+            ("g6e.48xlarge", 1, 2, 6.25),  # 400 Gbit/s over 4 EFA: one of them
+            ("p4d.24xlarge", 4, 8, 6.25),  # 8 GPUs share 4 EFA: one per GPU at least
+            ("p5.48xlarge", 32, 8, 25.0),  # 32 EFA over 8 GPUs: 4 per GPU, 400 Gbit/s
+            ("p5.48xlarge", 4, 1, 25.0),
+        ],
+    )
+    def test_over_efa_it_is_half_of_one_gpus_share(self, gpu, efa_per_worker, tp, efa_gbytes_s):
+        floor = transfer_floor(CATALOG[gpu], efa_per_worker, tp)
+        assert floor.on("efa") == pytest.approx(efa_gbytes_s, abs=0.001)
+        assert floor.on("tcp") == pytest.approx(min(efa_gbytes_s, 0.625), abs=0.001)
+        assert f"{CATALOG[gpu].network_gbps:g} Gbit/s" in floor.basis
+
+    def test_a_type_whose_bandwidth_nobody_states_has_no_floor(self):
+        from dataclasses import replace
+
+        floor = transfer_floor(replace(CATALOG["g6.8xlarge"], network_gbps=0.0), 1, 1)
+        assert (floor.on("efa"), floor.on("tcp")) == (None, None)
+        assert "not known" in floor.summary()
+
+    def test_the_preview_states_the_floor_from_ec2s_bandwidth(self, dev_stack):
+        (line,) = [m for m in dev_stack.infos if m.startswith("KV transfer floor for `ops verify`")]
+        assert "1.56 GB/s over EFA, 0.62 GB/s over TCP" in line and "g6.8xlarge" in line
+
+    def test_ec2s_bandwidth_wins_and_a_catalog_that_disagrees_warns(self):
+        from planning.catalog import Ec2InstanceType, from_ec2
+
+        def g6(network_gbps: float) -> Ec2InstanceType:
+            return Ec2InstanceType(
+                "g6.8xlarge", 32, 131072, 1, "L4", 22888, efa_max_interfaces=1, network_gbps=network_gbps
+            )
+
+        described, warnings = from_ec2(g6(50.0), CATALOG["g6.8xlarge"])
+        assert described.network_gbps == 50.0
+        assert any("network_gbps 25, EC2 says 50.0" in w for w in warnings)
+        same, quiet = from_ec2(g6(25.0), CATALOG["g6.8xlarge"])
+        assert same.network_gbps == 25.0 and quiet == []

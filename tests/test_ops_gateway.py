@@ -20,6 +20,7 @@ from ops.kube import ServiceEndpoint
 from ops.status import collect_status
 from ops.verify import CHECK_AUTH, CHECK_CHAT, CHECK_MODELS, VerifyTarget, verify
 from tests.fakes.kube import FakeKubeApi, connect_with, fixture_json, healthy_cluster
+from tests.fakes.nixl import SMALL_PROBE, probe_sleep
 from tests.fakes.pulumi import NLB_HOSTNAME, ROOT
 
 KEY = "k3yk3yk3yk3yk3yk3yk3yk3yk3yk3yk3"
@@ -48,10 +49,11 @@ def verify_dev(cluster: FakeKubeApi, capsys, *argv: str, **outputs: Any) -> tupl
     seen: list[Any] = []
     run = pulumi_outputs(kubeconfig=KUBECONFIG, apiKeys=KEYS, **outputs)
     code = main(
-        ["verify", "--stack", "dev", "--root", str(ROOT), *argv],
+        ["verify", "--stack", "dev", "--root", str(ROOT), *SMALL_PROBE, *argv],
         connect=connect_with(cluster, seen),
         run=run,
         clock=cluster.clock,
+        sleep=probe_sleep(cluster.clock),
     )
     return code, capsys.readouterr().out, seen
 
@@ -136,9 +138,10 @@ def test_base_url_without_a_stack_takes_the_key_from_openai_api_key(capsys, kube
     cluster = gateway_cluster()
 
     code = main(
-        ["verify", "--kubeconfig", str(kubeconfig), "--base-url", "https://llm.example.com/v1"],
+        ["verify", "--kubeconfig", str(kubeconfig), "--base-url", "https://llm.example.com/v1", *SMALL_PROBE],
         connect=connect_with(cluster, seen),
         clock=cluster.clock,
+        sleep=probe_sleep(cluster.clock),
     )
 
     assert code == 0, capsys.readouterr().out
@@ -151,10 +154,12 @@ def test_without_the_endpoint_verify_calls_the_serve_service_without_a_key(capsy
     (tmp_path / "Pulumi.plain.yaml").write_text(stack)
     seen: list[Any] = []
 
+    cluster = healthy_cluster()
     code = main(
-        ["verify", "--stack", "plain", "--root", str(tmp_path)],
-        connect=connect_with(healthy_cluster(), seen),
+        ["verify", "--stack", "plain", "--root", str(tmp_path), *SMALL_PROBE],
+        connect=connect_with(cluster, seen),
         run=pulumi_outputs(kubeconfig=KUBECONFIG),
+        sleep=probe_sleep(cluster.clock),
     )
 
     out = capsys.readouterr().out

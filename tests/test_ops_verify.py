@@ -1,4 +1,4 @@
-"""`python -m ops verify` against recorded answers: a healthy stack passes all four checks and exits 0;
+"""`python -m ops verify` against recorded answers: a healthy stack passes every check and exits 0;
 NIXL on UCX (the silent TCP-speed fallback), no backend logged yet, a GPU node without EFA and a model
 missing from /v1/models each fail with a reason that says what to do; time to first token and
 tokens/s come from a recorded stream timed by a fake clock.
@@ -14,10 +14,12 @@ import pytest
 from ops.cli import main
 from ops.kube import ExecResult, HttpResponse, OpsError, ServiceEndpoint
 from ops.verify import (
+    CHECK_BANDWIDTH,
     CHECK_CHAT,
     CHECK_MODELS,
     CHECK_NIXL,
     CHECK_NODES,
+    CHECK_TRANSFER,
     NIXL_BACKEND_GREP,
     VerifyTarget,
     check_chat,
@@ -34,6 +36,7 @@ from tests.fakes.kube import (
     grep_result,
     healthy_cluster,
 )
+from tests.fakes.nixl import SMALL_PROBE, probe_sleep
 
 TARGET = VerifyTarget("inference", "ray-llm", "qwen3.5-9b")
 REPLY = (
@@ -46,7 +49,10 @@ def run_verify(
     cluster: FakeKubeApi, capsys: pytest.CaptureFixture[str], kubeconfig: Path, *argv: str
 ) -> tuple[int, str]:
     code = main(
-        ["verify", "--kubeconfig", str(kubeconfig), *argv], connect=lambda _: cluster, clock=cluster.clock
+        ["verify", "--kubeconfig", str(kubeconfig), *SMALL_PROBE, *argv],
+        connect=lambda _: cluster,
+        clock=cluster.clock,
+        sleep=probe_sleep(cluster.clock),
     )
     return code, capsys.readouterr().out
 
@@ -63,9 +69,10 @@ def test_healthy_stack_passes_every_check_and_exits_0(capsys, kubeconfig):
 
     assert code == 0, out
     assert [line.split(":")[0] for line in out.splitlines() if line[:4] in ("PASS", "FAIL")] == [
-        f"PASS  {name}" for name in (CHECK_MODELS, CHECK_CHAT, CHECK_NIXL, CHECK_NODES)
+        f"PASS  {name}"
+        for name in (CHECK_MODELS, CHECK_CHAT, CHECK_NIXL, CHECK_TRANSFER, CHECK_BANDWIDTH, CHECK_NODES)
     ]
-    assert "4 of 4 checks passed" in out
+    assert "6 of 6 checks passed" in out
     # The command the seed ran by hand, in the worker container of each worker of the active cluster.
     assert NIXL_BACKEND_GREP == (
         "grep",
@@ -74,9 +81,8 @@ def test_healthy_stack_passes_every_check_and_exits_0(capsys, kubeconfig):
         "|Using provider (with|without) FI_HMEM support",
         "/tmp/ray/session_latest/logs/",
     )
-    assert [c for c in cluster.calls if c[0] == "exec"] == [
-        ("exec", "inference", worker, "ray-worker", NIXL_BACKEND_GREP) for worker in WORKERS
-    ]
+    greps = [c for c in cluster.calls if c[0] == "exec" and c[4] == NIXL_BACKEND_GREP]
+    assert greps == [("exec", "inference", worker, "ray-worker", NIXL_BACKEND_GREP) for worker in WORKERS]
     post = next(c for c in cluster.calls if c[0] == "POST")
     assert post[1] == "chat/completions"
     assert post[2]["model"] == "qwen3.5-9b"
@@ -166,7 +172,7 @@ def test_gpu_node_without_efa_fails_naming_the_node(capsys, kubeconfig):
     assert code == 1
     assert f"FAIL  {CHECK_NODES}: {GPU_NODES[1]}: allocatable vpc.amazonaws.com/efa is 0" in out
     assert GPU_NODES[0] not in out.split(f"FAIL  {CHECK_NODES}")[1]
-    assert "3 of 4 checks passed" in out
+    assert "5 of 6 checks passed" in out
 
 
 def test_gpu_node_without_gpus_fails():
@@ -329,7 +335,15 @@ def test_base_url_reaches_the_connection_options(capsys, kubeconfig):
         return healthy_cluster()
 
     code = main(
-        ["verify", "--kubeconfig", str(kubeconfig), "--base-url", "http://127.0.0.1:8000/v1"],
+        [
+            "verify",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--base-url",
+            "http://127.0.0.1:8000/v1",
+            "--kv-probe-mib",
+            "0",
+        ],
         connect=connect,
         clock=FakeClock(),
     )

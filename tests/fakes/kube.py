@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ops.kube import ExecResult, HttpResponse, OpsError
+from ops.kube import EXEC_TIMEOUT_S, ExecResult, HttpResponse, OpsError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ops"
 ACTIVE_CLUSTER = "ray-llm-6mzvd"
@@ -91,6 +91,9 @@ class FakeKubeApi:
     job_states: list[tuple[str, str]] = field(default_factory=list)
     """What job_state answers, one per call (the last repeats)."""
     job_log: str = ""
+    exec_handler: Callable[[str, Sequence[str], float], ExecResult | None] | None = None
+    """Answers an exec other than the log grep (pod, command, timeout), e.g. tests/fakes/nixl.py's
+    probe pods; None from it falls back to `grep`."""
 
     def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         self.calls.append(("create_job", namespace, manifest["metadata"]["name"]))
@@ -135,11 +138,22 @@ class FakeKubeApi:
             if selector_matches(n["metadata"].get("labels", {}), label_selector)
         ]
 
-    def exec_in_pod(self, namespace: str, pod: str, container: str, command: Sequence[str]) -> ExecResult:
+    def exec_in_pod(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        command: Sequence[str],
+        timeout: float = EXEC_TIMEOUT_S,
+    ) -> ExecResult:
         self.calls.append(("exec", namespace, pod, container, tuple(command)))
         found = next((p for p in self.pods if p["metadata"]["name"] == pod), None)
         if found is None or container not in [c["name"] for c in found["spec"]["containers"]]:
             raise OpsError(f"pod {pod!r} has no container {container!r}")
+        if self.exec_handler is not None:
+            answer = self.exec_handler(pod, command, timeout)
+            if answer is not None:
+                return answer
         result = self.grep[pod]
         if isinstance(result, OpsError):
             raise result
@@ -209,8 +223,11 @@ def connect_with(cluster: FakeKubeApi, seen: list[Any] | None = None):
 
 
 def healthy_cluster() -> FakeKubeApi:
-    """The dev stack after a good `pulumi up`: Ready, RUNNING, NIXL on LIBFABRIC, EFA on both nodes."""
-    return FakeKubeApi(
+    """The dev stack after a good `pulumi up`: Ready, RUNNING, NIXL on LIBFABRIC, EFA on both nodes, and
+    workers that move the transfer probe's bytes intact over EFA (tests/fakes/nixl.py)."""
+    from tests.fakes.nixl import ProbePods
+
+    cluster = FakeKubeApi(
         rayservice=fixture_json("rayservice.json"),
         pods=fixture_json("pods.json")["items"],
         nodes=fixture_json("nodes.json")["items"],
@@ -218,3 +235,5 @@ def healthy_cluster() -> FakeKubeApi:
         models=HttpResponse(200, fixture_text("models.json")),
         stream=fixture_text("chat_stream.sse").splitlines(),
     )
+    cluster.exec_handler = ProbePods(cluster.clock)
+    return cluster
