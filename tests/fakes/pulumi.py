@@ -484,6 +484,20 @@ class _Capture(logging.Handler):
 pulumi_resource._get_stack_trace = source_pb2.StackTrace  # type: ignore[assignment]
 
 
+class _InlineLoop(asyncio.SelectorEventLoop):
+    """The SDK sends every engine call (register, invoke) through `run_in_executor`, to keep the event
+    loop free while a real engine answers over gRPC. The mocks answer at once in this thread, so the
+    call runs inline: a thread hop per resource was half of a stack run's time."""
+
+    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+        future = self.create_future()
+        try:
+            future.set_result(func(*args))
+        except BaseException as error:  # handed to whoever awaits it, as the executor would
+            future.set_exception(error)
+        return future
+
+
 def _load_program():
     spec = importlib.util.spec_from_file_location("stack_program", ROOT / "__main__.py")
     assert spec and spec.loader
@@ -520,13 +534,13 @@ def run_stack(
         return _RUNS[key]
     values = dict(config if config is not None else stack_file_config(stack))
     for section, changes in (overrides or {}).items():
-        key = f"{PROJECT}:{section}"
-        values[key] = {**values.get(key, {}), **changes}
+        name = f"{PROJECT}:{section}"
+        values[name] = {**values.get(name, {}), **changes}
     values.update(secrets or {})
 
     # Each run asks the (mocked) Price List API afresh, unless a test hands it a cache.
     os.environ["RAY_LLM_EKS_PRICE_CACHE"] = str(price_cache or Path(tempfile.mkdtemp()) / "prices.json")
-    asyncio.set_event_loop(asyncio.new_event_loop())
+    asyncio.set_event_loop(_InlineLoop())
     pulumi_settings.ROOT.set(None)
     mocks = StackMocks(
         offerings if offerings is not None else DEFAULT_OFFERINGS,
