@@ -32,6 +32,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from components.managed_nodes import INSTANCE_METADATA, root_volume
 from config.cluster import ClusterConfig, SystemNodesConfig
 from planning.access import AccessEntry, partition_of
 from planning.nodes import SYSTEM_NODE_LABELS
@@ -104,22 +105,15 @@ def encrypted_root_volume(
             return None
 
         def complete(given: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-            ebs = {"encrypted": "true", "kmsKeyId": key_arn, "volumeType": "gp3"}
-            return [{**m, "ebs": {**m.get("ebs", {}), **ebs}} for m in given or []]
+            return [{**m, "ebs": {**m.get("ebs", {}), **root_volume(key_arn)}} for m in given or []]
 
         given = args.props.get("blockDeviceMappings")
         # A list as pulumi-eks builds it (the disk size is plain); an Output is completed when known.
         mappings = (
             complete(given) if isinstance(given, list) else pulumi.Output.from_input(given).apply(complete)
         )
-        # One hop: only the node itself (and hostNetwork pods) reach IMDS, never a pod behind the CNI,
-        # whatever namespace or network policy it has (pulumi-eks hard-codes 2; IMDSv2 stays required).
         given_metadata = args.props.get("metadataOptions")
-        metadata = {
-            **(given_metadata if isinstance(given_metadata, dict) else {}),
-            "httpTokens": "required",
-            "httpPutResponseHopLimit": 1,
-        }
+        metadata = {**(given_metadata if isinstance(given_metadata, dict) else {}), **INSTANCE_METADATA}
         return pulumi.ResourceTransformResult(
             props={**args.props, "blockDeviceMappings": mappings, "metadataOptions": metadata}, opts=args.opts
         )

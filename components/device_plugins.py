@@ -15,7 +15,7 @@ from manifests.charts import efa_device_plugin, nvidia_device_plugin
 
 class DevicePlugins(pulumi.ComponentResource):
     releases: list[k8s.helm.v3.Release]
-    """The two Helm releases; the RayService waits for them."""
+    """The Helm releases (both, unless an existing cluster runs its own); the RayService waits for them."""
 
     def __init__(
         self,
@@ -24,14 +24,17 @@ class DevicePlugins(pulumi.ComponentResource):
         provider: k8s.Provider,
         instance_type: str,
         gpu_nodes: Sequence[pulumi.Resource],
+        nvidia: bool,
+        efa: bool,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`gpu_nodes`: the GPU node group; the plugins' DaemonSets can only become ready on its nodes."""
+        """`gpu_nodes`: the GPU node group; the plugins' DaemonSets can only become ready on its nodes.
+        `nvidia`, `efa`: install that plugin (an existing cluster may run its own: planning/addons.py)."""
         super().__init__("ray-llm-eks:device_plugins:DevicePlugins", name, None, opts)
         # The releases wait for their DaemonSets to be ready, which needs the GPU nodes.
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(gpu_nodes))
         self.releases = [
-            helm_release(f"{name}-nvidia", nvidia_device_plugin(), child),
-            helm_release(f"{name}-efa", efa_device_plugin(instance_type), child),
+            *([helm_release(f"{name}-nvidia", nvidia_device_plugin(), child)] if nvidia else []),
+            *([helm_release(f"{name}-efa", efa_device_plugin(instance_type), child)] if efa else []),
         ]
         self.register_outputs({"releases": [r.name for r in self.releases]})

@@ -64,24 +64,27 @@ class Endpoint(pulumi.ComponentResource):
         on_system_nodes = pulumi.ResourceOptions.merge(
             child, pulumi.ResourceOptions(depends_on=list(system_nodes))
         )
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-gateway-ns", metadata=manifests.gateway_namespace["metadata"], opts=on_system_nodes
-        )
-        network_policies(
-            f"{name}-policy",
-            manifests.gateway_network_policies,
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
-        )
-        crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)
-        release = helm_release(
-            f"{name}-envoy-gateway",
-            envoy_gateway_chart(),
-            pulumi.ResourceOptions.merge(on_system_nodes, pulumi.ResourceOptions(depends_on=[crds])),
-            namespace=namespace.metadata.name,
-        )
-        after_gateway = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[crds, release])
-        )
+        # Envoy Gateway itself, unless an existing cluster runs one (`gateway_namespace` None).
+        gateway: list[pulumi.Resource] = []  # what the Gateway API objects wait for
+        proxies: list[pulumi.Resource] = []  # what the load balancer's Service waits for
+        if manifests.gateway_namespace is not None:
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-gateway-ns", metadata=manifests.gateway_namespace["metadata"], opts=on_system_nodes
+            )
+            network_policies(
+                f"{name}-policy",
+                manifests.gateway_network_policies,
+                pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+            )
+            crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)
+            release = helm_release(
+                f"{name}-envoy-gateway",
+                envoy_gateway_chart(),
+                pulumi.ResourceOptions.merge(on_system_nodes, pulumi.ResourceOptions(depends_on=[crds])),
+                namespace=namespace.metadata.name,
+            )
+            gateway, proxies = [crds, release], [namespace, release]
+        after_gateway = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=gateway))
 
         keys: dict[str, pulumi.Output[str]] = {}
         for client in manifests.clients:
@@ -132,7 +135,7 @@ class Endpoint(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     # The controller makes the NLB and, at destroy, removes it: it must outlive this.
                     # The Gateway brings up the Envoy pods this Service selects.
-                    depends_on=[*load_balancer_ready, namespace, release, created["Gateway"]],
+                    depends_on=[*load_balancer_ready, *proxies, created["Gateway"]],
                     custom_timeouts=pulumi.CustomTimeouts(
                         create=LOAD_BALANCER_TIMEOUT,
                         update=LOAD_BALANCER_TIMEOUT,

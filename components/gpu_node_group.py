@@ -7,18 +7,30 @@ subnets filtered to that zone, and an error for types without EFA. We use it rat
 launch template: it is the same template we would write, maintained upstream.
 
 The zone is pinned because EFA traffic does not cross availability zones.
+
+On an existing cluster (`cluster.existingClusterName`) pulumi-eks has no cluster to attach to, so the
+group is built from `pulumi_aws` as pulumi-eks would build it (components/managed_nodes.py), in the
+subnet planning/existing_cluster.py chose, with a security group of the stack's own that lets EFA
+traffic flow to and from itself; that group's tags keep the stack's record (planning/zones.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.cluster import Cluster
+from components.existing_cluster import ExistingCluster
+from components.managed_nodes import managed_node_group
 from config.cluster import GpuNodesConfig
 from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
 from planning.upgrades import GPU_NODE_UPDATE
+
+GPU_AMI = "AL2023_x86_64_NVIDIA"
+"""EKS's AL2023 AMI with NVIDIA's driver and container toolkit (what pulumi-eks picks for `gpu=True`)."""
 
 
 def no_surge(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -33,7 +45,7 @@ def no_surge(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResu
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
-    node_group: eks.ManagedNodeGroup
+    node_group: eks.ManagedNodeGroup | aws.eks.NodeGroup
     """The managed node group (AL2023 NVIDIA AMI, EFA, placement group)."""
     availability_zone: str
     """The one zone the GPU nodes run in."""
@@ -43,19 +55,28 @@ class GpuNodeGroup(pulumi.ComponentResource):
         name: str,
         *,
         config: GpuNodesConfig,
-        cluster: Cluster,
+        cluster: Cluster | ExistingCluster,
         zone: str,
         subnet_id: pulumi.Input[str],
         autoscaled: bool,
         tags: dict[str, str],
+        network_cards: int = 1,
+        record: Mapping[str, str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
         planning/zones.py); `subnet_id`: the private subnet in that zone; `autoscaled`: Cluster
         Autoscaler sizes the group, so Pulumi ignores its desired size; `tags`: the node group's
-        (what Cluster Autoscaler reads for scale from zero)."""
+        (what Cluster Autoscaler reads for scale from zero). On an existing cluster: `network_cards`,
+        the GPU type's (an EFA interface each), and `record`, the tags its EFA security group keeps."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
+        if isinstance(cluster, ExistingCluster):
+            self.node_group = self._on_existing(
+                name, config, cluster, subnet_id, autoscaled, tags, network_cards, record or {}
+            )
+            self.register_outputs({"availabilityZone": zone})
+            return
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-nodes",
             cluster=cluster.eks_cluster,
@@ -86,3 +107,52 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
         )
         self.register_outputs({"availabilityZone": zone})
+
+    def _on_existing(
+        self,
+        name: str,
+        config: GpuNodesConfig,
+        cluster: ExistingCluster,
+        subnet_id: pulumi.Input[str],
+        autoscaled: bool,
+        tags: dict[str, str],
+        network_cards: int,
+        record: Mapping[str, str],
+    ) -> aws.eks.NodeGroup:
+        child = pulumi.ResourceOptions(parent=self)
+        read = cluster.plan.cluster
+        efa_group = aws.ec2.SecurityGroup(
+            f"{name}-efa",
+            vpc_id=read.vpc_id,
+            description="EFA between the ray-llm-eks GPU nodes: all traffic to and from itself",
+            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+            tags=dict(record),
+            opts=child,
+        )
+        placement = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+        return managed_node_group(
+            f"{name}-nodes",
+            cluster_name=read.name,
+            kubernetes_version=read.version,
+            node_role_arn=cluster.node_role.arn,
+            subnet_ids=[subnet_id],
+            instance_type=config.instance_type,
+            sizes=(config.min_size, config.desired_size, config.max_size),
+            labels=GPU_NODE_LABELS,
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")]
+            if config.taint
+            else None,
+            disk_size_gib=config.disk_size_gib,
+            volume_key_arn=cluster.volume_key_arn,
+            ami_type=GPU_AMI,
+            efa_network_cards=max(network_cards, 1),
+            efa_security_groups=[read.security_group_id, efa_group.id],
+            placement_group=placement.name,
+            update_config=GPU_NODE_UPDATE,
+            ignore_scaling_changes=autoscaled,
+            tags=tags,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=cluster.node_dependencies)
+            ),
+        )

@@ -11,6 +11,7 @@ cluster).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,8 +21,6 @@ from components.helm import helm_release
 from components.network_policy import network_policies
 from config.serving import KubeRayConfig
 from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator, kuberay_policies
-from manifests.network_policy import PROMETHEUS_PODS, pods
-from manifests.observability import MONITORING_NAMESPACE
 
 
 class KubeRayOperator(pulumi.ComponentResource):
@@ -37,9 +36,11 @@ class KubeRayOperator(pulumi.ComponentResource):
         config: KubeRayConfig,
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
+        scraper: dict[str, Any],
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`system_nodes`: what the operator waits for (the system node group, not the GPU nodes)."""
+        """`system_nodes`: what the operator waits for (the system node group, not the GPU nodes);
+        `scraper`: the Prometheus pods that scrape the operator (a network policy peer)."""
         super().__init__("ray-llm-eks:kuberay:KubeRayOperator", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(system_nodes))
         namespace = k8s.core.v1.Namespace(
@@ -47,7 +48,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         )
         network_policies(
             f"{name}-policy",
-            kuberay_policies(config, pods(PROMETHEUS_PODS, MONITORING_NAMESPACE)),
+            kuberay_policies(config, scraper),
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         self.crds = chart_crds(f"{name}-crds", kuberay_crds(config), child)

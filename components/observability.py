@@ -37,8 +37,9 @@ PASSWORD_LENGTH = 32
 
 
 class Observability(pulumi.ComponentResource):
-    grafana_admin_password: pulumi.Output[str]
-    """Grafana's `admin` password, a Pulumi secret."""
+    grafana_admin_password: pulumi.Output[str] | None
+    """Grafana's `admin` password, a Pulumi secret; None where an existing Prometheus (and its Grafana)
+    serves."""
 
     def __init__(
         self,
@@ -52,60 +53,159 @@ class Observability(pulumi.ComponentResource):
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
         gpu_nodes: Sequence[pulumi.Resource],
-        pod_identity_agent: pulumi.Resource,
-        volume_key_arn: pulumi.Input[str],
+        pod_identity_agent: Sequence[pulumi.Resource],
+        volume_key_arn: pulumi.Input[str] | None,
+        ebs_csi_driver: bool,
         serving_namespace: pulumi.Input[str],
         kuberay: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`system_nodes`, `gpu_nodes`: the node groups (what runs where must exist first);
-        `volume_key_arn`: the KMS key of Prometheus's volume; `serving_namespace`: the RayService's,
-        where its monitors and rules go; `kuberay`: the operator's release, whose Service the
-        ServiceMonitor scrapes."""
+        `pod_identity_agent`: the agent add-on, where the stack installs it; `volume_key_arn`: the KMS key
+        of Prometheus's volume (None: the account's default EBS key); `ebs_csi_driver`: install the EBS CSI
+        add-on (an existing cluster may run it); `serving_namespace`: the RayService's, where its monitors
+        and rules go; `kuberay`: the operator's release, whose Service the ServiceMonitor scrapes."""
         super().__init__("ray-llm-eks:observability:Observability", name, None, opts)
-        aws_child = pulumi.ResourceOptions(parent=self)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
-
-        # The add-on associates the role itself (pod_identity_associations).
-        identity = PodIdentity(
-            f"{name}-ebs-csi",
-            cluster_name=None,
-            trust=pod_identity_trust,
-            namespace="kube-system",
-            service_account=EBS_CSI_SERVICE_ACCOUNT,
-            managed_policy_arns=[f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}"],
-            description="EBS CSI driver (kube-system/ebs-csi-controller-sa): Prometheus's volume",
-            opts=aws_child,
-        )
-        driver = aws.eks.Addon(
-            f"{name}-ebs-csi",
-            cluster_name=cluster_name,
-            addon_name="aws-ebs-csi-driver",
-            addon_version=aws.eks.get_addon_version_output(
-                addon_name="aws-ebs-csi-driver", kubernetes_version=kubernetes_version, most_recent=True
-            ).version,
-            pod_identity_associations=[
-                aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=identity.role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+        self.grafana_admin_password = None
+        node_agents = None
+        if manifests.kube_prometheus_stack is not None or manifests.dcgm_exporter is not None:
+            # node-exporter (kube-prometheus-stack's) and dcgm-exporter, privileged, apart from the rest.
+            node_agents = k8s.core.v1.Namespace(
+                f"{name}-node-agents-ns",
+                metadata=manifests.node_agents_namespace["metadata"],
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=list(system_nodes))
+                ),
+            )
+            network_policies(
+                f"{name}-node-agents-policy",
+                manifests.node_agents_policies,
+                pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[node_agents])),
+            )
+        # What the dashboards wait for (the namespace), and the monitors, rules and dcgm-exporter (the
+        # CRDs and the operator's release): nothing where an existing Prometheus serves.
+        namespace: list[pulumi.Resource] = []
+        operator: list[pulumi.Resource] = []
+        if manifests.kube_prometheus_stack is not None:
+            assert node_agents is not None
+            namespace, operator = self._metrics_stack(
+                name,
+                manifests,
+                cluster_name,
+                pod_identity_trust,
+                kubernetes_version,
+                partition,
+                child,
+                system_nodes,
+                pod_identity_agent,
+                volume_key_arn,
+                ebs_csi_driver,
+                node_agents,
+            )
+        if manifests.dcgm_exporter is not None:
+            assert node_agents is not None
+            # Its ServiceMonitor needs the CRD; its DaemonSet becomes ready only on GPU nodes.
+            helm_release(
+                f"{name}-dcgm-exporter",
+                manifests.dcgm_exporter,
+                pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=[*gpu_nodes, *operator])
+                ),
+                namespace=node_agents.metadata.name,
+            )
+        # The operator's admission webhook checks rules as they are created: after the release.
+        after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=operator))
+        for monitor in manifests.monitoring_objects():
+            metadata = dict(monitor["metadata"])
+            if monitor["kind"] == "ServiceMonitor":
+                after = pulumi.ResourceOptions.merge(
+                    after_operator, pulumi.ResourceOptions(depends_on=list(kuberay))
                 )
-            ],
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            opts=pulumi.ResourceOptions.merge(
-                aws_child,
-                pulumi.ResourceOptions(depends_on=[*system_nodes, pod_identity_agent, identity]),
-            ),
-        )
-        # Prometheus's claim is deleted with the namespace; the driver deletes its volume (when the
-        # StorageClass says Delete), so the namespace and everything in it outlive the driver's access.
-        volumes = [driver, identity]
+            else:
+                if metadata["namespace"] == manifests.serving_namespace:
+                    metadata["namespace"] = serving_namespace
+                after = after_operator
+            k8s.apiextensions.CustomResource(
+                f"{name}-{metadata['name']}",
+                api_version=monitor["apiVersion"],
+                kind=monitor["kind"],
+                metadata=metadata,
+                spec=monitor["spec"],
+                opts=after,
+            )
+        for dashboard in manifests.dashboards:
+            k8s.core.v1.ConfigMap(
+                f"{name}-{dashboard['metadata']['name']}",
+                metadata=dashboard["metadata"],
+                data=dashboard["data"],
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=namespace)),
+            )
+        self.register_outputs({"grafanaAdminPassword": self.grafana_admin_password})
+
+    def _metrics_stack(
+        self,
+        name: str,
+        manifests: ObservabilityManifests,
+        cluster_name: pulumi.Input[str],
+        pod_identity_trust: tuple[str, str],
+        kubernetes_version: str,
+        partition: str,
+        child: pulumi.ResourceOptions,
+        system_nodes: Sequence[pulumi.Resource],
+        pod_identity_agent: Sequence[pulumi.Resource],
+        volume_key_arn: pulumi.Input[str] | None,
+        ebs_csi_driver: bool,
+        node_agents: pulumi.Resource,
+    ) -> tuple[list[pulumi.Resource], list[pulumi.Resource]]:
+        """kube-prometheus-stack with its volume, namespace, CRDs and Grafana's password; returns
+        ([the namespace], [the CRDs, the release])."""
+        assert manifests.kube_prometheus_stack is not None
+        aws_child = pulumi.ResourceOptions(parent=self)
+        volumes: list[pulumi.Resource] = []
+        if ebs_csi_driver:
+            # The add-on associates the role itself (pod_identity_associations).
+            identity = PodIdentity(
+                f"{name}-ebs-csi",
+                cluster_name=None,
+                trust=pod_identity_trust,
+                namespace="kube-system",
+                service_account=EBS_CSI_SERVICE_ACCOUNT,
+                managed_policy_arns=[f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}"],
+                description="EBS CSI driver (kube-system/ebs-csi-controller-sa): Prometheus's volume",
+                opts=aws_child,
+            )
+            driver = aws.eks.Addon(
+                f"{name}-ebs-csi",
+                cluster_name=cluster_name,
+                addon_name="aws-ebs-csi-driver",
+                addon_version=aws.eks.get_addon_version_output(
+                    addon_name="aws-ebs-csi-driver", kubernetes_version=kubernetes_version, most_recent=True
+                ).version,
+                pod_identity_associations=[
+                    aws.eks.AddonPodIdentityAssociationArgs(
+                        role_arn=identity.role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+                    )
+                ],
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                opts=pulumi.ResourceOptions.merge(
+                    aws_child,
+                    pulumi.ResourceOptions(depends_on=[*system_nodes, *pod_identity_agent, identity]),
+                ),
+            )
+            # Prometheus's claim is deleted with the namespace; the driver deletes its volume (when the
+            # StorageClass says Delete), so the namespace and everything in it outlive the driver's access.
+            volumes = [driver, identity]
         storage = manifests.storage_class
+        # Prometheus's volume, encrypted with the stack's EBS key (the CSI driver's `kmsKeyId`), or with
+        # the account's default EBS key where the driver is a team's, whose role may not use the stack's.
+        parameters = {**storage["parameters"], **({"kmsKeyId": volume_key_arn} if volume_key_arn else {})}
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-gp3",
             metadata=storage["metadata"],
             provisioner=storage["provisioner"],
-            # Prometheus's volume, encrypted with the stack's EBS key (the CSI driver's `kmsKeyId`).
-            parameters={**storage["parameters"], "kmsKeyId": volume_key_arn},
+            parameters=parameters,
             volume_binding_mode=storage["volumeBindingMode"],
             allow_volume_expansion=storage["allowVolumeExpansion"],
             reclaim_policy=storage["reclaimPolicy"],
@@ -122,16 +222,6 @@ class Observability(pulumi.ComponentResource):
             f"{name}-policy",
             manifests.network_policies,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
-        )
-        node_agents = k8s.core.v1.Namespace(
-            f"{name}-node-agents-ns",
-            metadata=manifests.node_agents_namespace["metadata"],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(system_nodes))),
-        )
-        network_policies(
-            f"{name}-node-agents-policy",
-            manifests.node_agents_policies,
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[node_agents])),
         )
         crds = chart_crds(f"{name}-crds", kube_prometheus_stack_crds(), child)
 
@@ -160,37 +250,4 @@ class Observability(pulumi.ComponentResource):
             ),
             namespace=namespace.metadata.name,
         )
-        # Its ServiceMonitor needs the CRD; its DaemonSet becomes ready only on GPU nodes.
-        helm_release(
-            f"{name}-dcgm-exporter",
-            manifests.dcgm_exporter,
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*gpu_nodes, crds, stack])),
-            namespace=node_agents.metadata.name,
-        )
-        # The operator's admission webhook checks rules as they are created: after the release.
-        after_operator = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[crds, stack]))
-        for monitor in manifests.monitoring_objects():
-            metadata = dict(monitor["metadata"])
-            if monitor["kind"] == "ServiceMonitor":
-                after = pulumi.ResourceOptions.merge(
-                    after_operator, pulumi.ResourceOptions(depends_on=list(kuberay))
-                )
-            else:
-                metadata["namespace"] = serving_namespace
-                after = after_operator
-            k8s.apiextensions.CustomResource(
-                f"{name}-{metadata['name']}",
-                api_version=monitor["apiVersion"],
-                kind=monitor["kind"],
-                metadata=metadata,
-                spec=monitor["spec"],
-                opts=after,
-            )
-        for dashboard in manifests.dashboards:
-            k8s.core.v1.ConfigMap(
-                f"{name}-{dashboard['metadata']['name']}",
-                metadata=dashboard["metadata"],
-                data=dashboard["data"],
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
-            )
-        self.register_outputs({"grafanaAdminPassword": self.grafana_admin_password})
+        return [namespace], [crds, stack]

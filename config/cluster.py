@@ -14,12 +14,46 @@ from config.network import AvailabilityZone
 LogType = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
 
-class ClusterConfig(StrictModel):
-    """The EKS control plane: version, API endpoint access, admins, logs, secrets encryption."""
+EKS_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$"
+"""An EKS cluster name: letters, digits, hyphens, at most 100, a letter first."""
 
+OWN_CLUSTER_KEYS = {
+    "name": "name",
+    "kubernetes_version": "kubernetesVersion",
+    "endpoint_public_access": "endpointPublicAccess",
+    "public_access_cidrs": "publicAccessCidrs",
+    "log_types": "logTypes",
+    "log_retention_days": "logRetentionDays",
+    "keep_logs_on_destroy": "keepLogsOnDestroy",
+    "secrets_kms_key_arn": "secretsKmsKeyArn",
+}
+"""What only describes a cluster the stack creates: with `existingClusterName` they are the team's."""
+
+
+class ClusterConfig(StrictModel):
+    """The EKS control plane: version, API endpoint access, admins, logs, secrets encryption; or the
+    existing cluster the stack serves on."""
+
+    existing_cluster_name: str | None = Field(
+        None,
+        pattern=EKS_NAME,
+        description="Serve on this EKS cluster, in the stack's region and account, instead of creating a VPC "
+        "and a cluster: the stack reads it (version, VPC, subnets, security group, access configuration), "
+        "joins its own GPU and system node groups to it, installs only the add-ons it lacks (`addons`) and "
+        'never changes or deletes anything of the team\'s (docs/operations.md, "An existing cluster"). '
+        "With it, the keys that describe a cluster the stack creates (`name`, `kubernetesVersion`, the "
+        "endpoint, logs and secrets encryption) are refused: they are the team's.",
+    )
+    install_pod_identity_agent: bool = Field(
+        False,
+        description="With `existingClusterName`: install the EKS Pod Identity agent add-on when the cluster "
+        "lacks it (the stack's controllers and the Ray pods get their AWS access through it). It is created "
+        "with `preserve`, so a `destroy` leaves the agent running. Without it, preview refuses a cluster "
+        "that lacks the agent and says how to add it.",
+    )
     name: str | None = Field(
         None,
-        pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$",
+        pattern=EKS_NAME,
         description="EKS cluster name (letters, digits, hyphens; at most 100). Default: `<project>-<stack>`, "
         "so stacks in one account and region never collide. The control-plane log group and the stack's "
         "Name tags derive from it.",
@@ -88,7 +122,7 @@ class ClusterConfig(StrictModel):
     @field_validator("kubernetes_version")
     @classmethod
     def _eks_creates_it(cls, version: str) -> str:
-        problem = versions.eks_version_problem(version)
+        problem = versions.eks_version_problem(version) or versions.stack_version_problem(version)
         if problem:
             raise ValueError(problem)
         return version
@@ -98,6 +132,8 @@ class ClusterConfig(StrictModel):
     def _public_ranges(
         cls, value: list[IPv4Network] | None, info: ValidationInfo
     ) -> list[IPv4Network] | None:
+        if info.data.get("existing_cluster_name"):
+            return value  # the team's endpoint; refused below when given
         if value is None and info.data.get("endpoint_public_access", True):
             raise ValueError(
                 "required with endpointPublicAccess: true: name who may reach the API endpoint, e.g. your "
@@ -116,7 +152,26 @@ class ClusterConfig(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _own_or_existing(self) -> ClusterConfig:
+        if self.existing_cluster_name:
+            given = [key for name, key in OWN_CLUSTER_KEYS.items() if name in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: describe a cluster the stack creates; with existingClusterName "
+                    f"{self.existing_cluster_name} they are the team's to set (the stack reads the version "
+                    "and the rest from the cluster): remove them"
+                )
+        elif self.install_pod_identity_agent:
+            raise ValueError(
+                "installPodIdentityAgent: only with existingClusterName; the cluster the stack creates "
+                "always gets the agent"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _public_endpoint_is_a_choice(self) -> ClusterConfig:
+        if self.existing_cluster_name:
+            return self
         if not self.endpoint_public_access and self.public_access_cidrs is not None:
             raise ValueError(
                 "publicAccessCidrs only applies with endpointPublicAccess: true; remove it or enable "
@@ -205,6 +260,15 @@ class GpuNodesConfig(NodeGroupConfig):
     )
     disk_size_gib: int = Field(
         200, ge=50, le=16384, description="Root volume of each GPU node (image ~15 GiB, model cache)."
+    )
+    subnet_id: str | None = Field(
+        None,
+        pattern=r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$",
+        description="With `cluster.existingClusterName`: the subnet of the cluster's VPC the GPU nodes go "
+        "to, private (no route to an internet gateway) and in a zone that offers the GPU type. Default: "
+        "the first such subnet of the cluster's own, by zone (`availabilityZone`, if set) and ID; after "
+        "the first `up`, the one the stack recorded. The stack's own VPC has one private subnet per zone, "
+        "so without an existing cluster this key is refused.",
     )
     accept_idle_gpus: bool = Field(
         False,

@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
+from config.addons import AddonsConfig
 from config.autoscaling import AutoscalingConfig
 from config.base import StrictModel
 from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
@@ -70,6 +71,7 @@ class Settings(StrictModel):
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)  # type: ignore[arg-type]
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # type: ignore[arg-type]
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)  # type: ignore[arg-type]
+    addons: AddonsConfig = Field(default_factory=AddonsConfig)  # type: ignore[arg-type]
     api_keys: dict[str, SecretStr] = Field(
         {},
         description="API keys you choose instead of generated ones, by client name (each must be one of "
@@ -83,9 +85,37 @@ class Settings(StrictModel):
     )
 
 
+def _existing_cluster_problems(settings: Settings, project: str) -> list[str]:
+    """An existing cluster brings its own VPC; the stack's own cluster has no add-ons of anyone else's."""
+    existing = settings.cluster.existing_cluster_name
+    problems = []
+    if existing:
+        network = sorted(settings.network.model_fields_set)
+        if network:
+            keys = ", ".join(f"{project}:network.{NetworkConfig.model_fields[n].alias or n}" for n in network)
+            problems.append(
+                f"{keys}: the stack creates no VPC on {project}:cluster.existingClusterName {existing}; the "
+                "cluster's VPC is used as it is: remove them"
+            )
+        return problems
+    if settings.gpu_nodes.subnet_id:
+        problems.append(
+            f"{project}:gpuNodes.subnetId: only with {project}:cluster.existingClusterName; the stack's own "
+            "VPC has one private subnet per zone (choose the zone with gpuNodes.availabilityZone)"
+        )
+    chosen = {n: c for n, c in settings.addons.model_dump(by_alias=True).items() if c == "existing"}
+    if chosen:
+        problems.append(
+            f"{', '.join(f'{project}:addons.{n}' for n in sorted(chosen))}: existing, but the stack creates "
+            f"its cluster, which has no add-ons of its own; set auto or install, or name the cluster with "
+            f"{project}:cluster.existingClusterName"
+        )
+    return problems
+
+
 def _cross_section_problems(settings: Settings, project: str) -> list[str]:
     """Rules between sections, each naming every key it involves."""
-    problems = []
+    problems = _existing_cluster_problems(settings, project)
     zones = {f"{project}:network.availabilityZones": settings.network.availability_zones or []}
     if settings.gpu_nodes.availability_zone:
         zones[f"{project}:gpuNodes.availabilityZone"] = [settings.gpu_nodes.availability_zone]

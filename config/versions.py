@@ -67,6 +67,29 @@ def eks_extended_support(version: str, today: datetime.date | None = None) -> da
     return known.end_of_standard_support if known and known.end_of_standard_support <= today else None
 
 
+SUPPORTED_KUBERNETES = ("1.33", "1.35")
+"""The Kubernetes minors the stack's pins support together, oldest and newest: Envoy Gateway v1.9's
+compatibility matrix says 1.33 to 1.36 (site/content/en/news/releases/matrix.md at v1.9.0), and 1.35 is
+the newest in EKS_VERSIONS and Cluster Autoscaler's pinned minor. The charts' own `kubeVersion` is looser
+(kube-prometheus-stack 88.5.3 >= 1.25, dcgm-exporter 4.8.2 >= 1.19, nvidia-device-plugin 0.19.1 >= 1.10;
+KubeRay 1.7's install guide: 1.23; the other four charts set none). Read 2026-12-02."""
+CLUSTER_AUTOSCALER_KUBERNETES = "1.35"
+"""The minor the pinned Cluster Autoscaler (app 1.35.0) is made for: its README recommends running the CA
+minor that matches the cluster's (cluster-autoscaler/README.md at cluster-autoscaler-chart-9.59.0)."""
+
+
+def stack_version_problem(version: str) -> str | None:
+    """Why the stack's pinned charts and controllers do not support Kubernetes `version`, or None."""
+    oldest, newest = SUPPORTED_KUBERNETES
+    as_tuple = tuple(map(int, version.split(".")[:2]))
+    if tuple(map(int, oldest.split("."))) <= as_tuple <= tuple(map(int, newest.split("."))):
+        return None
+    return (
+        f"Kubernetes {version}: the stack's pinned charts and controllers support {oldest} to {newest} "
+        "(Envoy Gateway v1.9's compatibility matrix, Cluster Autoscaler 1.35; config/versions.py)"
+    )
+
+
 KUBERAY_CHART_VERSION = "1.7.0"
 """`kuberay-operator` chart from https://ray-project.github.io/kuberay-helm/. The seed pinned 1.4.0;
 1.7.0 is the newest release and the one whose RayService CRD `tests/schemas/` vendors."""

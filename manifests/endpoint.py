@@ -39,12 +39,13 @@ from manifests.network_policy import (
     SAME_NAMESPACE,
     Allow,
     Port,
-    addresses,
     deny_ingress_but,
     no_instance_metadata,
     pods,
+    vpc,
 )
 from manifests.rayservice import serve_service_name
+from planning.context import ClusterContext
 from planning.nodes import SYSTEM_NODE_LABELS
 from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
 
@@ -329,10 +330,12 @@ class EndpointManifests:
     """Everything the endpoint applies, in the order it must exist. The API keys' Secret is not here:
     only the Pulumi program holds the keys (`api_keys_secret` names it)."""
 
-    gateway_namespace: dict[str, Any]
+    gateway_namespace: dict[str, Any] | None
     gateway_network_policies: list[dict[str, Any]]
-    """The gateway's namespace (Envoy Gateway and its proxies): `gateway_policies`."""
-    gateway_class: GatewayClass
+    """The gateway's namespace (Envoy Gateway and its proxies): `gateway_policies`. None and none with
+    an existing cluster's Envoy Gateway, whose namespace is its team's."""
+    gateway_class: GatewayClass | None
+    """None: the existing Envoy Gateway's accepted GatewayClass (`gateway.spec.gatewayClassName`)."""
     envoy_proxy: EnvoyProxy
     gateway: Gateway
     route: HTTPRoute
@@ -349,7 +352,7 @@ class EndpointManifests:
     def custom_resources(self) -> list[Manifest]:
         """The Gateway API and Envoy Gateway objects, in dependency order."""
         return [
-            self.gateway_class,
+            *([self.gateway_class] if self.gateway_class else []),
             self.envoy_proxy,
             self.gateway,
             *([self.parked_response] if self.parked_response else []),
@@ -360,8 +363,15 @@ class EndpointManifests:
         ]
 
 
+def gateway_namespace_of(context: ClusterContext) -> str:
+    """Where Envoy Gateway runs the proxies (its controller's namespace, Envoy Gateway's default deploy
+    type: internal/infrastructure/kubernetes/proxy_infra.go at v1.9.0), so where the NLB's Service goes."""
+    existing = context.addons.gateway
+    return existing.namespace if existing else GATEWAY_NAMESPACE
+
+
 def load_balancer_service_name(rayservice_name: str) -> str:
-    """The NLB's Service, in GATEWAY_NAMESPACE."""
+    """The NLB's Service, in the gateway's namespace (`gateway_namespace_of`)."""
     return f"{rayservice_name}-gateway"
 
 
@@ -418,12 +428,12 @@ ENVOY_GATEWAY_WEBHOOK_PORT = 9443
 templates/envoy-gateway-deployment.yaml)."""
 
 
-def gateway_policies(settings: Settings) -> list[dict[str, Any]]:
+def gateway_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
     """No IMDS; no ingress but: within the namespace (the proxies' xDS to the controller, on the ports
     the chart's `deployment.ports` lists), the load balancer to the proxies' listener and health-check
     ports (IP targets without client-IP preservation, so from the VPC's range; `endpoint.sourceRanges`
     is enforced on the NLB's security group), and the API server to the controller's webhook."""
-    vpc = addresses(str(settings.network.vpc_cidr))
+    in_vpc = vpc(context.vpc_cidrs)
     proxies = proxy_selector(settings.serving.name, settings.serving.namespace)
     return [
         no_instance_metadata(GATEWAY_NAMESPACE),
@@ -434,7 +444,7 @@ def gateway_policies(settings: Settings) -> list[dict[str, Any]]:
                 Allow(
                     "load-balancer",
                     "the NLB's traffic and health checks; ops verify through the API server's proxy",
-                    (vpc,),
+                    in_vpc,
                     proxies,
                     (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
                 ),
@@ -448,7 +458,7 @@ def gateway_policies(settings: Settings) -> list[dict[str, Any]]:
                 Allow(
                     "api-server",
                     "admission calls to the controller's webhook",
-                    (vpc,),
+                    in_vpc,
                     {},
                     (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
                 ),
@@ -473,8 +483,10 @@ def proxy_selector(gateway_name: str, gateway_namespace_: str) -> dict[str, str]
     }
 
 
-def load_balancer_annotations(settings: Settings) -> dict[str, str]:
-    """How the load balancer controller builds the NLB (docs/guide/service/annotations.md, v3.5.0)."""
+def load_balancer_annotations(settings: Settings, context: ClusterContext) -> dict[str, str]:
+    """How the load balancer controller builds the NLB (docs/guide/service/annotations.md, v3.5.0). On an
+    existing cluster its subnets are named (`aws-load-balancer-subnets`): the team's VPC need not carry
+    the role tags the controller otherwise looks for."""
     endpoint = settings.endpoint
     prefix = "service.beta.kubernetes.io/aws-load-balancer"
     annotations = {
@@ -487,6 +499,8 @@ def load_balancer_annotations(settings: Settings) -> dict[str, str]:
         f"{prefix}-healthcheck-path": "/ready",
         f"{prefix}-attributes": "load_balancing.cross_zone.enabled=true",
     }
+    if context.load_balancer_subnets:
+        annotations[f"{prefix}-subnets"] = ",".join(context.load_balancer_subnets)
     if endpoint.certificate_arn:
         annotations |= {
             f"{prefix}-ssl-cert": endpoint.certificate_arn,
@@ -528,11 +542,16 @@ def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
     )
 
 
-def build_endpoint(settings: Settings) -> EndpointManifests | None:
-    """None when `endpoint.enabled` is false."""
+def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManifests | None:
+    """None when `endpoint.enabled` is false. With an existing cluster's Envoy Gateway, no namespace,
+    policies or GatewayClass of the stack's: its Gateway uses that controller's accepted class (Envoy
+    Gateway reconciles every GatewayClass of its controller name since v1.0) with the stack's own
+    EnvoyProxy (`infrastructure.parametersRef`, which replaces a class-level one), and the NLB's Service
+    goes where that controller runs the proxies."""
     endpoint = settings.endpoint
     if not endpoint.enabled:
         return None
+    existing_gateway = context.addons.gateway
     name, serving_namespace = settings.serving.name, settings.serving.namespace
 
     def meta(object_name: str, object_namespace: str | None = serving_namespace) -> ObjectMeta:
@@ -546,9 +565,11 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
         requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
     )
     return EndpointManifests(
-        gateway_namespace=gateway_namespace(),
-        gateway_network_policies=gateway_policies(settings),
-        gateway_class=GatewayClass(
+        gateway_namespace=None if existing_gateway else gateway_namespace(),
+        gateway_network_policies=[] if existing_gateway else gateway_policies(settings, context),
+        gateway_class=None
+        if existing_gateway
+        else GatewayClass(
             metadata=meta(GATEWAY_CLASS, None), spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER)
         ),
         envoy_proxy=EnvoyProxy(
@@ -569,7 +590,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
         gateway=Gateway(
             metadata=meta(name),
             spec=GatewaySpec(
-                gateway_class_name=GATEWAY_CLASS,
+                gateway_class_name=existing_gateway.class_name if existing_gateway else GATEWAY_CLASS,
                 listeners=[Listener(name=LISTENER, protocol="HTTP", port=LISTENER_PORT)],
                 infrastructure=GatewayInfrastructure(
                     parameters_ref=LocalRef(group=ENVOY_GATEWAY_API, kind="EnvoyProxy", name=proxy_name)
@@ -618,8 +639,8 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
         load_balancer=LoadBalancerService(
             metadata=ObjectMeta(
                 name=load_balancer_service_name(name),
-                namespace=GATEWAY_NAMESPACE,
-                annotations=load_balancer_annotations(settings),
+                namespace=gateway_namespace_of(context),
+                annotations=load_balancer_annotations(settings, context),
             ),
             spec=LoadBalancerServiceSpec(
                 # Explicit: the API server refuses to change it once set, and nothing else sets it.
@@ -634,7 +655,7 @@ def build_endpoint(settings: Settings) -> EndpointManifests | None:
                 ],
                 # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
                 load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges]
-                or [str(settings.network.vpc_cidr)],
+                or list(context.vpc_cidrs),
             ),
         ),
         parked_response=HTTPRouteFilter(

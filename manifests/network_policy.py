@@ -111,6 +111,12 @@ def addresses(cidr: str) -> dict[str, Any]:
     return {"ipBlock": {"cidr": cidr}}
 
 
+def vpc(cidrs: Sequence[str]) -> tuple[dict[str, Any], ...]:
+    """The VPC's ranges as peers (`addresses`): every range of the VPC, where an existing cluster's has
+    several (pods in a secondary range, say)."""
+    return tuple(addresses(cidr) for cidr in cidrs)
+
+
 @dataclass(frozen=True)
 class Allow:
     """One way into a namespace: from whom, to which pods ({} for all), on which ports (none: all)."""

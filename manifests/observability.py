@@ -41,13 +41,14 @@ from manifests.network_policy import (
     SAME_NAMESPACE,
     Allow,
     Port,
-    addresses,
     deny_ingress_but,
     no_instance_metadata,
     pods,
+    vpc,
 )
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
+from planning.context import ClusterContext
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 from planning.system_pods import PodRequests, ray_autoscaling
 
@@ -251,12 +252,44 @@ def node_agents_namespace() -> dict[str, Any]:
     return namespace(NODE_AGENTS_NAMESPACE, pod_security_labels("privileged", audit="baseline"))
 
 
-def monitoring_policies(settings: Settings) -> list[dict[str, Any]]:
+PROMETHEUS_OPERATED = "prometheus-operated"
+"""The governing Service prometheus-operator makes for every Prometheus in its namespace (port 9090)."""
+
+
+@dataclass(frozen=True)
+class Scraper:
+    """The Prometheus that scrapes the stack's pods: the stack's own, or an existing cluster's."""
+
+    namespace: str
+    pods: dict[str, str]
+    """Its pods' labels (prometheus-operator's: pkg/prometheus/server/operator.go `makeSelectorLabels`)."""
+    url: str
+    """Where the Ray head asks it for the dashboard's metrics tabs."""
+
+    def peer(self) -> dict[str, Any]:
+        return pods(self.pods, self.namespace)
+
+
+def scraper(context: ClusterContext) -> Scraper:
+    existing = context.addons.prometheus
+    if existing:
+        return Scraper(
+            existing.namespace,
+            {"app.kubernetes.io/name": "prometheus", "operator.prometheus.io/name": existing.name},
+            f"http://{PROMETHEUS_OPERATED}.{existing.namespace}.svc:{PROMETHEUS_PORT}",
+        )
+    return Scraper(
+        MONITORING_NAMESPACE,
+        dict(PROMETHEUS_PODS),
+        f"http://{PROMETHEUS_SERVICE}.{MONITORING_NAMESPACE}.svc:{PROMETHEUS_PORT}",
+    )
+
+
+def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
     """No IMDS; no ingress but: within the namespace (Grafana to Prometheus, Prometheus to
     Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server (its service proxy,
     which `ops status` queries Prometheus through, and the operator's admission webhook), and the Ray
     head's dashboard, which asks Prometheus and Grafana for its metrics tabs (`head_dashboard_env`)."""
-    vpc = addresses(str(settings.network.vpc_cidr))
     return [
         no_instance_metadata(MONITORING_NAMESPACE),
         *deny_ingress_but(
@@ -266,7 +299,7 @@ def monitoring_policies(settings: Settings) -> list[dict[str, Any]]:
                 Allow(
                     "api-server",
                     "the service proxy to Prometheus (ops status), the operator's webhook",
-                    (vpc,),
+                    vpc(context.vpc_cidrs),
                     {},
                     (Port("prometheus", PROMETHEUS_PORT), Port("webhook", OPERATOR_WEBHOOK_PORT)),
                 ),
@@ -282,7 +315,7 @@ def monitoring_policies(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
-def node_agents_policies() -> list[dict[str, Any]]:
+def node_agents_policies(scraping: Scraper) -> list[dict[str, Any]]:
     """No IMDS; no ingress but Prometheus to dcgm-exporter. node-exporter runs on the host network,
     where no policy applies (it listens on the node's 9100; the node's security group governs it)."""
     return [
@@ -293,7 +326,7 @@ def node_agents_policies() -> list[dict[str, Any]]:
                 Allow(
                     "prometheus",
                     "GPU metrics",
-                    (pods(PROMETHEUS_PODS, MONITORING_NAMESPACE),),
+                    (scraping.peer(),),
                     {},
                     (Port("metrics", DCGM_EXPORTER_PORT),),
                 )
@@ -312,19 +345,35 @@ def _relabel_cluster() -> list[dict[str, Any]]:
     ]
 
 
-def pod_monitors(settings: Settings) -> list[dict[str, Any]]:
-    """KubeRay's PodMonitors (config/prometheus/podMonitor.yaml at v1.7.0), in the serving namespace."""
+def monitor_metadata(
+    name: str, namespace_: str, context: ClusterContext, rule: bool = False
+) -> dict[str, Any]:
+    """A monitor's or rule's metadata: in `namespace_`, or where an existing Prometheus looks (its own
+    namespace: one it selects whatever its namespace selectors), labelled as its selectors ask."""
+    existing = context.addons.prometheus
+    if existing is None:
+        return {"name": name, "namespace": namespace_}
+    labels = existing.rule_labels if rule else existing.monitor_labels
+    return {"name": name, "namespace": existing.namespace, **({"labels": dict(labels)} if labels else {})}
+
+
+def pod_monitors(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
+    """KubeRay's PodMonitors (config/prometheus/podMonitor.yaml at v1.7.0) for the serving namespace's Ray
+    pods: in that namespace, or in an existing Prometheus's, naming the serving namespace."""
     serving_namespace = settings.serving.namespace
 
     def monitor(name: str, node_type: str, ports: list[str]) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "selector": {"matchLabels": {"ray.io/node-type": node_type}},
+            "podMetricsEndpoints": [{"port": port, "relabelings": _relabel_cluster()} for port in ports],
+        }
+        if context.addons.prometheus:
+            spec["namespaceSelector"] = {"matchNames": [serving_namespace]}
         return {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PodMonitor",
-            "metadata": {"name": name, "namespace": serving_namespace},
-            "spec": {
-                "selector": {"matchLabels": {"ray.io/node-type": node_type}},
-                "podMetricsEndpoints": [{"port": port, "relabelings": _relabel_cluster()} for port in ports],
-            },
+            "metadata": monitor_metadata(name, serving_namespace, context),
+            "spec": spec,
         }
 
     return [
@@ -448,11 +497,11 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_rule(settings: Settings) -> dict[str, Any]:
+def prometheus_rule(settings: Settings, context: ClusterContext) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "ray-llm-alerts", "namespace": settings.serving.namespace},
+        "metadata": monitor_metadata("ray-llm-alerts", settings.serving.namespace, context, rule=True),
         "spec": {"groups": alert_rules(settings)},
     }
 
@@ -462,8 +511,11 @@ def ray_dashboards() -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(RAY_DASHBOARDS.glob("*.json"))}
 
 
-def dashboard_config_maps(settings: Settings) -> list[dict[str, Any]]:
-    """One ConfigMap per dashboard, labelled for Grafana's sidecar, in a folder of their own."""
+def dashboard_config_maps(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
+    """One ConfigMap per dashboard, labelled for Grafana's sidecar, in a folder of their own: beside the
+    stack's Grafana, or in an existing Prometheus's namespace (kube-prometheus-stack's Grafana sidecar
+    looks for the same label in every namespace: `sidecar.dashboards.searchNamespace: ALL` at 88.5.3)."""
+    existing = context.addons.prometheus
     dashboards = {**ray_dashboards(), "pd_dashboard.json": json.dumps(pd_dashboard(settings), indent=2)}
     return [
         {
@@ -471,7 +523,7 @@ def dashboard_config_maps(settings: Settings) -> list[dict[str, Any]]:
             "kind": "ConfigMap",
             "metadata": {
                 "name": f"dashboard-{name.removesuffix('.json').replace('_', '-')}",
-                "namespace": MONITORING_NAMESPACE,
+                "namespace": existing.namespace if existing else MONITORING_NAMESPACE,
                 "labels": {DASHBOARD_LABEL: "1"},
                 "annotations": {DASHBOARD_FOLDER_ANNOTATION: DASHBOARD_FOLDER},
             },
@@ -481,47 +533,61 @@ def dashboard_config_maps(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
-def head_dashboard_env() -> dict[str, str]:
+def head_dashboard_env(context: ClusterContext) -> dict[str, str]:
     """The Ray dashboard's metrics tabs: Grafana and Prometheus in the cluster for the head's own
-    queries, Grafana through `ops dashboards` for the browser's iframes."""
+    queries, Grafana through `ops dashboards` for the browser's iframes. With an existing Prometheus,
+    only Prometheus (through the Service prometheus-operator makes for it): where its Grafana is, the
+    stack cannot know."""
+    if context.addons.prometheus:
+        return {"RAY_PROMETHEUS_HOST": scraper(context).url}
     return {
         "RAY_GRAFANA_HOST": f"http://{GRAFANA_SERVICE}.{MONITORING_NAMESPACE}.svc:{GRAFANA_PORT}",
-        "RAY_PROMETHEUS_HOST": f"http://{PROMETHEUS_SERVICE}.{MONITORING_NAMESPACE}.svc:{PROMETHEUS_PORT}",
+        "RAY_PROMETHEUS_HOST": scraper(context).url,
         "RAY_GRAFANA_IFRAME_HOST": GRAFANA_LOCAL_URL,
     }
 
 
 @dataclass(frozen=True)
 class ObservabilityManifests:
+    serving_namespace: str
+    """Where the monitors and rules go unless an existing Prometheus wants them in its own namespace."""
     namespace: dict[str, Any]
     network_policies: list[dict[str, Any]]
     node_agents_namespace: dict[str, Any]
     """node-exporter and dcgm-exporter, privileged, apart from the rest."""
     node_agents_policies: list[dict[str, Any]]
     storage_class: dict[str, Any]
-    kube_prometheus_stack: HelmChart
-    dcgm_exporter: HelmChart
+    kube_prometheus_stack: HelmChart | None
+    """None: an existing Prometheus scrapes; the stack ships only monitors, rules and dashboards."""
+    dcgm_exporter: HelmChart | None
+    """None: the cluster's own dcgm-exporter."""
     pod_monitors: list[dict[str, Any]]
-    kuberay_service_monitor: dict[str, Any]
+    kuberay_service_monitor: dict[str, Any] | None
+    """None: the cluster's own KubeRay operator, which its team monitors."""
     prometheus_rule: dict[str, Any]
     dashboards: list[dict[str, Any]]
 
     def monitoring_objects(self) -> list[dict[str, Any]]:
         """What needs the prometheus-operator CRDs, for `ops render` and the program alike."""
-        return [*self.pod_monitors, self.kuberay_service_monitor, self.prometheus_rule]
+        service = [self.kuberay_service_monitor] if self.kuberay_service_monitor else []
+        return [*self.pod_monitors, *service, self.prometheus_rule]
 
 
-def build_observability(settings: Settings) -> ObservabilityManifests:
+def build_observability(settings: Settings, context: ClusterContext) -> ObservabilityManifests:
+    addons = context.addons
     return ObservabilityManifests(
+        serving_namespace=settings.serving.namespace,
         namespace=monitoring_namespace(),
-        network_policies=monitoring_policies(settings),
+        network_policies=monitoring_policies(settings, context),
         node_agents_namespace=node_agents_namespace(),
-        node_agents_policies=node_agents_policies(),
+        node_agents_policies=node_agents_policies(scraper(context)),
         storage_class=storage_class(settings.observability.keep_volume_on_destroy),
-        kube_prometheus_stack=kube_prometheus_stack_chart(settings),
-        dcgm_exporter=dcgm_exporter_chart(),
-        pod_monitors=pod_monitors(settings),
-        kuberay_service_monitor=kuberay_service_monitor(settings),
-        prometheus_rule=prometheus_rule(settings),
-        dashboards=dashboard_config_maps(settings),
+        kube_prometheus_stack=kube_prometheus_stack_chart(settings)
+        if addons.installs("prometheus")
+        else None,
+        dcgm_exporter=dcgm_exporter_chart() if addons.installs("dcgmExporter") else None,
+        pod_monitors=pod_monitors(settings, context),
+        kuberay_service_monitor=kuberay_service_monitor(settings) if addons.installs("kuberay") else None,
+        prometheus_rule=prometheus_rule(settings, context),
+        dashboards=dashboard_config_maps(settings, context),
     )

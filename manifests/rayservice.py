@@ -279,7 +279,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     *_aws_env(settings),
                     *(
                         EnvVar(name=k, value=v)
-                        for k, v in (head_dashboard_env() if settings.observability.enabled else {}).items()
+                        for k, v in (
+                            head_dashboard_env(plan.cluster) if settings.observability.enabled else {}
+                        ).items()
                     ),
                 ],
                 resources=ResourceRequirements(

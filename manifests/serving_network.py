@@ -18,20 +18,20 @@ from typing import Any, Literal
 
 from config import Settings
 from manifests import ray_ports
-from manifests.endpoint import GATEWAY_NAMESPACE, proxy_selector
+from manifests.endpoint import gateway_namespace_of, proxy_selector
 from manifests.network_policy import (
     BENCH_PODS,
-    PROMETHEUS_PODS,
     RAY_HEAD_PODS,
     RAY_PODS,
     RAY_WORKER_PODS,
     Port,
-    addresses,
     no_instance_metadata,
     pods,
     policy,
+    vpc,
 )
-from manifests.observability import MONITORING_NAMESPACE, head_metrics_ports
+from manifests.observability import head_metrics_ports, scraper
+from planning.context import ClusterContext
 from planning.kv_path import KvPath
 
 READY_CHECK = {"app.kubernetes.io/component": "serve-ready-check"}
@@ -58,9 +58,19 @@ def _ports(names: dict[str, int], *wanted: str) -> tuple[Port, ...]:
     return tuple(Port(n, names[n]) for n in wanted)
 
 
-def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
+def kuberay_peer(settings: Settings, context: ClusterContext) -> dict[str, Any]:
+    """The KubeRay operator's pods: the stack's, or an existing cluster's (by its pod template's labels)."""
+    found = context.addons.found.get("kuberay")
+    if found and found.workload and not context.addons.installs("kuberay"):
+        labels = found.workload.pod_labels or {"app.kubernetes.io/name": "kuberay-operator"}
+        return pods(dict(labels), found.workload.namespace)
+    return pods(KUBERAY_OPERATOR, settings.kuberay.namespace)
+
+
+def serving_paths(settings: Settings, kv_path: KvPath, context: ClusterContext) -> list[IngressPath]:
     """Every allowed path into the serving namespace's Ray pods (`kv_path`: the plan's, which says
-    whether UCX moves the KV cache between the GPU workers)."""
+    whether UCX moves the KV cache between the GPU workers; `context`: the cluster's VPC ranges and
+    which KubeRay, gateway and Prometheus reach the pods)."""
     head = {**ray_ports.container_ports(head=True), **head_metrics_ports(settings)}
     worker = ray_ports.container_ports(head=False)
     workers_range = Port("worker-ports", ray_ports.MIN_WORKER_PORT, ray_ports.MAX_WORKER_PORT)
@@ -107,7 +117,7 @@ def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
             "head",
             _ports(head, "dashboard", "serve"),
             "KubeRay submits the serve config to the dashboard and checks the head's Serve proxy",
-            pods(KUBERAY_OPERATOR, settings.kuberay.namespace),
+            kuberay_peer(settings, context),
         ),
         IngressPath(
             "ready-check",
@@ -119,7 +129,9 @@ def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
     ]
     if settings.endpoint.enabled:
         # KubeRay's serve Service selects the head and the workers: Serve runs a proxy on every node.
-        gateway = pods(proxy_selector(settings.serving.name, settings.serving.namespace), GATEWAY_NAMESPACE)
+        gateway = pods(
+            proxy_selector(settings.serving.name, settings.serving.namespace), gateway_namespace_of(context)
+        )
         why = "Envoy's proxies to Serve's HTTP proxy"
         paths += [
             IngressPath("gateway", "head", _ports(head, "serve"), why, gateway),
@@ -128,18 +140,20 @@ def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
     else:
         # Without the gateway the API server's service proxy reaches Serve (`ops verify`); it comes
         # from the control plane's ENIs in the cluster's subnets, so the VPC's range, pods included.
-        vpc = addresses(str(settings.network.vpc_cidr))
         why = "the API server's service proxy (no gateway)"
         bench = pods(BENCH_PODS)
+        for peer in vpc(context.vpc_cidrs):
+            paths += [
+                IngressPath("vpc", "head", _ports(head, "serve"), why, peer),
+                IngressPath("vpc", "workers", _ports(worker, "serve"), why, peer),
+            ]
         paths += [
-            IngressPath("vpc", "head", _ports(head, "serve"), why, vpc),
-            IngressPath("vpc", "workers", _ports(worker, "serve"), why, vpc),
             IngressPath("bench", "head", _ports(head, "serve"), "ops bench's load test", bench),
             IngressPath("bench", "workers", _ports(worker, "serve"), "ops bench's load test", bench),
         ]
     if settings.observability.enabled:
         scraped_on_head = ("metrics", *(n for n in head_metrics_ports(settings)))
-        prometheus = pods(PROMETHEUS_PODS, MONITORING_NAMESPACE)
+        prometheus = scraper(context).peer()
         paths += [
             IngressPath("prometheus", "head", _ports(head, *scraped_on_head), "metrics", prometheus),
             IngressPath("prometheus", "workers", _ports(worker, "metrics"), "metrics", prometheus),
@@ -147,10 +161,10 @@ def serving_paths(settings: Settings, kv_path: KvPath) -> list[IngressPath]:
     return paths
 
 
-def serving_policies(settings: Settings, kv_path: KvPath) -> list[dict[str, Any]]:
+def serving_policies(settings: Settings, kv_path: KvPath, context: ClusterContext) -> list[dict[str, Any]]:
     """The serving namespace: no IMDS, no ingress but the listed paths."""
     namespace = settings.serving.namespace
-    paths = serving_paths(settings, kv_path)
+    paths = serving_paths(settings, kv_path, context)
     policies = [
         no_instance_metadata(namespace),
         policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),

@@ -44,11 +44,14 @@ VOLUME_KEY_PLACEHOLDER = "<ARN of the stack's EBS KMS key, created by pulumi up>
 
 
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
+    """What the program applies, from the settings and the plan (with the cluster's context: its own,
+    or an existing one's as `--vpc-cidr` describes it)."""
+    context = plan.cluster
     serving = build_serving(settings, plan)
     jobs = [serving.model_copy] if serving.model_copy else []
     rendered = [
         serving.namespace,
-        *serving_policies(settings, plan.kv_path),
+        *serving_policies(settings, plan.kv_path, context),
         *serving.service_accounts,
         serving.plugins,
         serving.prepull,
@@ -64,7 +67,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         serving.ready_check.config_map,
         serving.ready_check.job.to_dict(),
     ]
-    endpoint = build_endpoint(settings)
+    endpoint = build_endpoint(settings, context)
     if endpoint:
         keys = {
             "apiVersion": "v1",
@@ -74,29 +77,24 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
             "stringData": dict.fromkeys(endpoint.clients, KEY_PLACEHOLDER),
         }
         rendered += [
-            endpoint.gateway_namespace,
+            *([endpoint.gateway_namespace] if endpoint.gateway_namespace else []),
             *endpoint.gateway_network_policies,
             keys,
             *(m.to_dict() for m in endpoint.custom_resources()),
             endpoint.load_balancer.to_dict(),
         ]
     if settings.observability.enabled:
-        observability = build_observability(settings)
-        rendered += [
-            observability.namespace,
-            *observability.network_policies,
-            observability.node_agents_namespace,
-            *observability.node_agents_policies,
-            {
-                **observability.storage_class,
-                "parameters": {
-                    **observability.storage_class["parameters"],
-                    "kmsKeyId": settings.cluster.volume_kms_key_arn or VOLUME_KEY_PLACEHOLDER,
-                },
-            },
-            *observability.monitoring_objects(),
-            *observability.dashboards,
-        ]
+        observability = build_observability(settings, context)
+        stack = observability.kube_prometheus_stack is not None
+        if stack:
+            rendered += [observability.namespace, *observability.network_policies]
+        if stack or observability.dcgm_exporter is not None:
+            rendered += [observability.node_agents_namespace, *observability.node_agents_policies]
+        if stack:
+            storage = observability.storage_class
+            key = settings.cluster.volume_kms_key_arn or VOLUME_KEY_PLACEHOLDER
+            rendered.append({**storage, "parameters": {**storage["parameters"], "kmsKeyId": key}})
+        rendered += [*observability.monitoring_objects(), *observability.dashboards]
     return rendered
 
 

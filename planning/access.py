@@ -8,6 +8,7 @@ when listed; every other listed principal gets its entry, whoever runs `pulumi u
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from config import PROJECT, ConfigError, Settings
@@ -55,8 +56,10 @@ class AccessPlan:
     notes: tuple[str, ...] = ()
 
 
-def plan_access(settings: Settings, creator: str | None) -> AccessPlan:
-    """Access entries for the listed admins and viewers, less the cluster's creator."""
+def plan_access(settings: Settings, creator: str | None, existing_entries: Iterable[str] = ()) -> AccessPlan:
+    """Access entries for the listed admins and viewers, less the cluster's creator. On an existing
+    cluster, `existing_entries`: the listed principals that have an entry the stack did not make (the
+    team's), which the stack leaves as it is (a second entry for one principal fails)."""
     cluster = settings.cluster
     admins = {principal_key(a) for a in cluster.admin_principal_arns}
     both = sorted(a for a in cluster.viewer_principal_arns if principal_key(a) in admins)
@@ -70,9 +73,16 @@ def plan_access(settings: Settings, creator: str | None) -> AccessPlan:
     entries, notes = [], []
     listed = [(a, ADMIN_POLICY) for a in cluster.admin_principal_arns]
     listed += [(v, VIEWER_POLICY) for v in cluster.viewer_principal_arns]
+    teams = {principal_key(a) for a in existing_entries}
     for arn, policy in listed:
         if creator and principal_key(arn) == principal_key(creator):
             notes.append(f"{arn} created the cluster, so EKS made it admin already: no access entry of ours")
+            continue
+        if principal_key(arn) in teams:
+            notes.append(
+                f"{arn} has an access entry on the cluster already (not the stack's): left as the team "
+                "made it"
+            )
             continue
         entries.append(AccessEntry(arn, policy))
     return AccessPlan(entries=tuple(entries), notes=tuple(notes))

@@ -47,6 +47,9 @@ class InstanceType:
     network_gbps: float = 0.0
     """Baseline network bandwidth of the whole instance, in Gbit/s, the sum over its network cards (0:
     unknown): what `ops verify`'s KV transfer floor is a share of (planning/kv_path.py)."""
+    network_cards: int = 0
+    """EC2's maximum network cards (0: unknown offline, where each EFA interface has a card of its own, as
+    on every catalogued EFA type): an EFA node group gets one interface per card."""
     source: str = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
 
     @property
@@ -205,6 +208,7 @@ class Ec2InstanceType:
     instance_storage_gb: int = 0
     network_gbps: float = 0.0
     """The sum of the network cards' `BaselineBandwidthInGbps`."""
+    network_cards: int = 0
 
 
 def _gpudirect_rdma(name: str) -> bool:
@@ -228,6 +232,7 @@ def from_ec2(ec2: Ec2InstanceType, offline: InstanceType | None) -> tuple[Instan
         gpudirect_rdma=offline.gpudirect_rdma if offline else _gpudirect_rdma(ec2.name),
         local_nvme_gb=ec2.instance_storage_gb,
         network_gbps=ec2.network_gbps or (offline.network_gbps if offline else 0.0),
+        network_cards=ec2.network_cards,
         source="EC2 DescribeInstanceTypes" + (" and planning/catalog.py" if offline else ""),
     )
     warnings = []

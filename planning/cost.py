@@ -179,10 +179,13 @@ def cost_report(settings: Settings, prices: dict[str, float | None], zones: int)
     def line(part: str, count: int, key: str) -> CostLine:
         return CostLine(part, count, prices.get(key))
 
+    own = (
+        not settings.cluster.existing_cluster_name
+    )  # an existing cluster's control plane and NAT are the team's
     fixed = [
-        line("EKS control plane", 1, "eks"),
+        *([line("EKS control plane", 1, "eks")] if own else []),
         line(f"system nodes ({system.instance_type})", system.desired_size, f"ec2:{system.instance_type}"),
-        line("NAT gateways", nat_gateways, "nat"),
+        *([line("NAT gateways", nat_gateways, "nat")] if own else []),
         *([line("network load balancer", 1, "nlb")] if settings.endpoint.enabled else []),
     ]
     gpu_key = f"ec2:{gpu.instance_type}"

@@ -32,6 +32,7 @@ from planning.capacity import (
     worker_share,
 )
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
+from planning.context import ClusterContext, own_cluster
 from planning.exposure import exposure_warnings
 from planning.kv_path import KvPath, TransferFloor, plan_kv_path, transfer_floor
 from planning.model_cache import ModelCachePlan, plan_model_cache
@@ -42,7 +43,8 @@ from planning.upgrades import UpgradePlan, plan_upgrades
 @dataclass(frozen=True)
 class Plan:
     cluster_name: str
-    """EKS cluster name: `cluster.name`, else derived from project and stack."""
+    """EKS cluster name: `cluster.existingClusterName`, else `cluster.name`, else derived from project and
+    stack."""
     gpu: InstanceType
     """The GPU node type, as the stack file or the catalog describes it."""
     system: InstanceType | None
@@ -71,6 +73,9 @@ class Plan:
     """The Ray LLM image the head and workers run."""
     model_cache: ModelCachePlan | None = None
     """Where the workers load the weights from, when not from Hugging Face."""
+    context: ClusterContext | None = None
+    """The cluster the stack serves on: its own (from the settings) unless `__main__.py` read an existing
+    one (planning/context.py)."""
     warnings: tuple[str, ...] = ()
     """What preview should say but not refuse."""
 
@@ -78,6 +83,13 @@ class Plan:
     def ray_autoscaling(self) -> bool:
         """Whether KubeRay's in-tree autoscaler adds and removes GPU worker pods."""
         return self.max_gpu_workers > self.gpu_workers
+
+    @property
+    def cluster(self) -> ClusterContext:
+        """The cluster's context; an existing cluster's is set once read (`__main__.py`, `ops render`)."""
+        if self.context is None:
+            raise ValueError("the existing cluster's context is read at preview: plan it with its facts")
+        return self.context
 
     def hardware_summary(self) -> str:
         """What each GPU node and worker gets, for the preview log."""
@@ -243,7 +255,7 @@ def plan_stack(
     )
     warnings += system_warnings
     extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
-    if extended:
+    if extended and not settings.cluster.existing_cluster_name:
         warnings.append(
             f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
             f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
@@ -306,7 +318,9 @@ def plan_stack(
             problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
-    cluster_name = settings.cluster.name or default_cluster_name(stack)
+    cluster_name = (
+        settings.cluster.existing_cluster_name or settings.cluster.name or default_cluster_name(stack)
+    )
     return Plan(
         cluster_name=cluster_name,
         gpu=gpu,
@@ -324,4 +338,5 @@ def plan_stack(
         image=_image(settings),
         warnings=tuple(warnings),
         model_cache=plan_model_cache(settings, cluster_name, account_id),
+        context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
     )

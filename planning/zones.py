@@ -26,6 +26,7 @@ TAG_GPU_ZONE = f"{PROJECT}/gpu-zone"
 TAG_CREATOR = f"{PROJECT}/cluster-creator"
 TAG_SECRETS_KEY = f"{PROJECT}/secrets-key"
 TAG_VOLUME_KEY = f"{PROJECT}/volume-key"
+TAG_GPU_SUBNET = f"{PROJECT}/gpu-subnet"
 
 ZONE_SLOTS = 7
 """Zones a..g get a private block each; the eighth block holds the public subnets."""
@@ -44,6 +45,9 @@ class StackRecord:
     (planning/keys.py; None in records written before it was kept)."""
     volume_key: str | None = None
     """Likewise for the EBS volumes."""
+    gpu_subnet: str | None = None
+    """On an existing cluster: the subnet of the team's VPC the GPU nodes went to
+    (planning/existing_cluster.py)."""
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
@@ -56,6 +60,7 @@ class StackRecord:
             creator=tags.get(TAG_CREATOR) or None,
             secrets_key=tags.get(TAG_SECRETS_KEY) or None,
             volume_key=tags.get(TAG_VOLUME_KEY) or None,
+            gpu_subnet=tags.get(TAG_GPU_SUBNET) or None,
         )
 
     def tags(self, stack_id: str) -> dict[str, str]:
@@ -65,6 +70,7 @@ class StackRecord:
             (TAG_CREATOR, self.creator),
             (TAG_SECRETS_KEY, self.secrets_key),
             (TAG_VOLUME_KEY, self.volume_key),
+            (TAG_GPU_SUBNET, self.gpu_subnet),
         ):
             if value:
                 tags[key] = value

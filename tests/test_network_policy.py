@@ -29,7 +29,8 @@ settings = stack_settings
 
 def paths_of(s: Any, stack: str = "dev") -> list[Any]:
     """The serving namespace's paths, for the KV path the stack's plan chose."""
-    return serving_paths(s, plan_stack(s, stack=stack).kv_path)
+    plan = plan_stack(s, stack=stack)
+    return serving_paths(s, plan.kv_path, plan.cluster)
 
 
 def policies(run: StackRun) -> dict[tuple[str, str], dict[str, Any]]:
@@ -121,7 +122,8 @@ class TestServingNamespace:
     def test_policies_are_valid_kubernetes_objects(self, stack):
         for variant in ({}, {"endpoint": {"enabled": False}, "observability": {"enabled": False}}):
             s = settings(stack, **variant)
-            for policy in serving_policies(s, plan_stack(s, stack=stack).kv_path):
+            plan = plan_stack(s, stack=stack)
+            for policy in serving_policies(s, plan.kv_path, plan.cluster):
                 assert object_errors(policy) == [], policy["metadata"]["name"]
 
     def test_selectors_match_the_pods_kuberay_creates(self):

@@ -26,6 +26,7 @@ from manifests.observability import alert_rules, build_observability, pod_monito
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_rayservice
 from planning import plan_stack
+from planning.context import own_cluster
 from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_UNUSED
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
@@ -221,7 +222,10 @@ class TestMonitors:
             ],
             "worker": [],
         }
-        monitors = {m["spec"]["selector"]["matchLabels"]["ray.io/node-type"]: m for m in pod_monitors(s)}
+        monitors = {
+            m["spec"]["selector"]["matchLabels"]["ray.io/node-type"]: m
+            for m in pod_monitors(s, own_cluster(s))
+        }
         assert set(monitors) == {"head", "worker"}
         for node_type, monitor in monitors.items():
             wanted = monitor["spec"]["selector"]["matchLabels"]
@@ -236,7 +240,7 @@ class TestMonitors:
 
     def test_the_autoscalers_metrics_are_scraped_where_it_runs(self):
         s = settings(autoscaling={"decode": {"maxReplicas": 2}}, gpuNodes={"maxSize": 3})
-        (head,) = [m for m in pod_monitors(s) if m["metadata"]["name"] == "ray-head-monitor"]
+        (head,) = [m for m in pod_monitors(s, own_cluster(s)) if m["metadata"]["name"] == "ray-head-monitor"]
         assert [e["port"] for e in head["spec"]["podMetricsEndpoints"]] == [
             "metrics",
             "as-metrics",
@@ -265,12 +269,12 @@ class TestMonitors:
         ]
 
     def test_monitors_and_rules_pass_the_prometheus_operator_schemas(self):
-        manifests = build_observability(settings())
+        manifests = build_observability(settings(), own_cluster(settings()))
         objects = manifests.monitoring_objects()
         assert crd_package_errors(objects) == [[] for _ in objects]
 
     def test_the_schemas_catch_a_broken_monitor_and_rule(self):
-        manifests = build_observability(settings())
+        manifests = build_observability(settings(), own_cluster(settings()))
         monitor = json.loads(json.dumps(manifests.pod_monitors[0]))
         del monitor["spec"]["selector"]
         rule = json.loads(json.dumps(manifests.prometheus_rule))

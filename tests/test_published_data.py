@@ -239,6 +239,8 @@ class TestVersionsThatExist:
             ("1.31", "ended extended support for Kubernetes 1.31 on 2026-11-26"),
             ("1.99", "add its dates to EKS_VERSIONS"),
             ("1.20", "no Kubernetes 1.20 in its release calendar"),
+            # EKS still creates 1.32 (extended support), but Envoy Gateway v1.9 supports 1.33 and later
+            ("1.32", "support 1.33 to 1.35 (Envoy Gateway v1.9's compatibility matrix"),
         ],
     )
     def test_a_version_eks_does_not_create_is_refused_naming_the_key(self, version, says):

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,6 +503,7 @@ def _load_program():
     spec = importlib.util.spec_from_file_location("stack_program", ROOT / "__main__.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as Python registers `__main__` (dataclasses look themselves up there)
     spec.loader.exec_module(module)
     return module
 

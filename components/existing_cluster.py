@@ -1,0 +1,213 @@
+"""An EKS cluster a team already runs (`cluster.existingClusterName`), as the stack joins it: the
+Kubernetes provider built from what preview read, the stack's node role and EBS key, its own system node
+group, access entries for the principals the stack file lists, and the Pod Identity agent where the stack
+may add it.
+
+Nothing here creates, changes or adopts anything of the team's: the cluster, its VPC, subnets, security
+groups, node groups and add-ons are read, never registered, so no `up` or `destroy` of the stack can
+change or delete them (tests/test_existing_cluster.py proves it on the graph). What the stack adds is
+its own and goes with it: the node groups, their role, template and security group, the access entries
+it made (tagged as the stack's), and the Pod Identity agent add-on, created with `preserve` so its
+removal leaves the agent running on the team's cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.cluster import NODE_POLICIES, VPC_CNI_POLICY, volume_key_policy
+from components.managed_nodes import managed_node_group
+from config.cluster import ClusterConfig, SystemNodesConfig
+from planning.access import AccessEntry, partition_of
+from planning.existing_cluster import POD_IDENTITY_AGENT, ExistingPlan
+from planning.nodes import SYSTEM_NODE_LABELS
+from planning.zones import TAG_STACK
+
+SYSTEM_AMI = "AL2023_x86_64_STANDARD"
+
+
+def kubeconfig(plan: ExistingPlan, region: str) -> str:
+    """A kubeconfig of the cluster that authenticates with `aws eks get-token`, as pulumi-eks writes
+    its own (no credentials in it)."""
+    cluster = plan.cluster
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster.name,
+                    "cluster": {
+                        "server": cluster.endpoint,
+                        "certificate-authority-data": cluster.certificate_authority,
+                    },
+                }
+            ],
+            "contexts": [{"name": "aws", "context": {"cluster": cluster.name, "user": "aws"}}],
+            "current-context": "aws",
+            "users": [
+                {
+                    "name": "aws",
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": ["--region", region, "eks", "get-token", "--cluster-name", cluster.name],
+                        }
+                    },
+                }
+            ],
+        }
+    )
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    cluster_name: pulumi.Output[str]
+    """The team's cluster's name."""
+    kubeconfig: pulumi.Output[str]
+    """Kubeconfig (JSON) that authenticates with `aws eks get-token`; a Pulumi secret."""
+    provider: k8s.Provider
+    """Kubernetes provider built from the kubeconfig; every Kubernetes object uses it."""
+    node_role: aws.iam.Role
+    """IAM role of the stack's nodes (system and GPU)."""
+    node_dependencies: list[pulumi.Resource]
+    """What the stack's node groups wait for: the node role's policies."""
+    system_node_group: aws.eks.NodeGroup
+    """The stack's CPU node group labelled role=system, for its controllers and the Ray head."""
+    pod_identity_agent: aws.eks.Addon | None
+    """The agent add-on where the stack added it; None where the cluster had it already."""
+    volume_key_arn: pulumi.Output[str]
+    """KMS key of the stack's EBS volumes (the given one, or the stack's own, retained)."""
+    secrets_key_arn: None = None
+    """Kubernetes secrets are the team's cluster's to encrypt."""
+    plan: ExistingPlan
+    """The cluster as read, and where the stack's node groups go."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        plan: ExistingPlan,
+        config: ClusterConfig,
+        access_entries: Sequence[AccessEntry],
+        system_nodes: SystemNodesConfig,
+        cni_uses_node_role: bool,
+        stack_id: str,
+        region: str,
+        account_id: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`plan`: the cluster as read and where the stack's nodes go; `cni_uses_node_role`: the
+        cluster's VPC CNI has no role of its own, so aws-node on the stack's nodes borrows theirs."""
+        super().__init__("ray-llm-eks:existing_cluster:ExistingCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        partition = partition_of(region)
+        self.plan = plan
+        cluster = plan.cluster
+        self.cluster_name = pulumi.Output.from_input(cluster.name)
+        ours = {TAG_STACK: stack_id}
+
+        self.volume_key_arn = (
+            pulumi.Output.from_input(config.volume_kms_key_arn)
+            if config.volume_kms_key_arn
+            else aws.kms.Key(
+                f"{name}-volumes",
+                description=f"EBS volumes of the ray-llm-eks nodes in EKS cluster {cluster.name}",
+                enable_key_rotation=True,
+                deletion_window_in_days=7,
+                policy=volume_key_policy(account_id, region, partition),
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
+            ).arn
+        )
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            description=f"ray-llm-eks nodes in EKS cluster {cluster.name}",
+            opts=child,
+        )
+        policies = [*NODE_POLICIES, *([VPC_CNI_POLICY] if cni_uses_node_role else [])]
+        self.node_dependencies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=self.node_role.name,
+                policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+                opts=child,
+            )
+            for policy in policies
+        ]
+
+        self.system_node_group = managed_node_group(
+            f"{name}-system",
+            cluster_name=cluster.name,
+            kubernetes_version=cluster.version,
+            node_role_arn=self.node_role.arn,
+            subnet_ids=[s.id for s in plan.system_subnets],
+            instance_type=system_nodes.instance_type,
+            sizes=(system_nodes.min_size, system_nodes.desired_size, system_nodes.max_size),
+            labels=SYSTEM_NODE_LABELS,
+            taints=None,
+            disk_size_gib=system_nodes.disk_size_gib,
+            volume_key_arn=self.volume_key_arn,
+            ami_type=SYSTEM_AMI,
+            tags=ours,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=self.node_dependencies)
+            ),
+        )
+
+        self.pod_identity_agent = (
+            aws.eks.Addon(
+                f"{name}-pod-identity",
+                cluster_name=cluster.name,
+                addon_name=POD_IDENTITY_AGENT,
+                addon_version=aws.eks.get_addon_version_output(
+                    addon_name=POD_IDENTITY_AGENT, kubernetes_version=cluster.version, most_recent=True
+                ).version,
+                # Removing the stack must not take the agent from the team's other workloads.
+                preserve=True,
+                tags=ours,
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=[self.system_node_group])
+                ),
+            )
+            if plan.install_pod_identity_agent
+            else None
+        )
+
+        for entry in access_entries:
+            created = aws.eks.AccessEntry(
+                f"{name}-access-{entry.key}",
+                cluster_name=cluster.name,
+                principal_arn=entry.principal_arn,
+                tags=ours,
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-access-{entry.key}",
+                cluster_name=cluster.name,
+                principal_arn=created.principal_arn,
+                policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{entry.policy}",
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=child,
+            )
+
+        self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, region))
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

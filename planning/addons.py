@@ -1,0 +1,405 @@
+"""Which add-ons the stack installs, and which it uses where a cluster already runs them.
+
+On the stack's own cluster it installs all of them. On an existing one (`cluster.existingClusterName`)
+each is a choice (`addons.*`): `auto` installs it unless the cluster runs one already, `install` and
+`existing` say so outright, and every decision is checked against what the cluster runs, read at
+preview from its Kubernetes API (`__main__.py` lists the CRDs, Deployments, DaemonSets, Prometheus
+objects and GatewayClasses; `inventory_from_api` turns the API's JSON into an `Inventory`).
+
+A workload Helm installed for this stack (its `meta.helm.sh/release-*` annotations name one of the
+stack's own releases) is the stack's, not the team's: a later `up` keeps installing it.
+
+What an existing add-on must be, or preview refuses it:
+- a device plugin must tolerate the GPU nodes' taint (`gpuNodes.taint`), or it never runs on them;
+- the KubeRay operator must be at least the pinned version (the RayService uses its fields);
+- Envoy Gateway must have accepted a GatewayClass (the stack's Gateway uses it);
+- Prometheus (prometheus-operator's `Prometheus`) must select monitors by labels, so the stack's carry them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from config import PROJECT, ConfigError, Settings, versions
+from planning.nodes import GPU_TAINT_KEY
+
+HELM_RELEASE = "meta.helm.sh/release-name"
+HELM_NAMESPACE = "meta.helm.sh/release-namespace"
+ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    release: tuple[str, str] | None = None
+    """(namespace, name) of the Helm release that installed it, from its annotations."""
+    images: tuple[str, ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    """Its pod template's labels: what a network policy selects its pods by."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PrometheusServer:
+    """A prometheus-operator `Prometheus`: where it runs and which monitors and rules it selects."""
+
+    namespace: str
+    name: str
+    selectors: Mapping[str, Mapping[str, Any] | None]
+    """podMonitorSelector, serviceMonitorSelector, ruleSelector: None selects nothing, {} everything."""
+    release: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class GatewayClassInfo:
+    name: str
+    controller: str
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What runs in the cluster, as its API lists it."""
+
+    crds: frozenset[str] = frozenset()
+    workloads: tuple[Workload, ...] = ()
+    prometheuses: tuple[PrometheusServer, ...] = ()
+    gateway_classes: tuple[GatewayClassInfo, ...] = ()
+
+
+def _release(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    annotations = metadata.get("annotations") or {}
+    name = annotations.get(HELM_RELEASE)
+    return (annotations.get(HELM_NAMESPACE) or metadata.get("namespace", ""), name) if name else None
+
+
+def inventory_from_api(
+    crds: Mapping[str, Any],
+    deployments: Mapping[str, Any],
+    daemonsets: Mapping[str, Any],
+    prometheuses: Mapping[str, Any] | None,
+    gateway_classes: Mapping[str, Any] | None,
+) -> Inventory:
+    """From the API's list responses (`kubectl get ... -A -o json`); None where the CRD is absent."""
+    workloads = []
+    for kind, listing in (("Deployment", deployments), ("DaemonSet", daemonsets)):
+        for item in listing.get("items") or []:
+            meta = item.get("metadata") or {}
+            template = (item.get("spec") or {}).get("template") or {}
+            pod = template.get("spec") or {}
+            workloads.append(
+                Workload(
+                    kind=kind,
+                    namespace=meta.get("namespace", ""),
+                    name=meta.get("name", ""),
+                    labels=dict(meta.get("labels") or {}),
+                    release=_release(meta),
+                    images=tuple(c.get("image", "") for c in pod.get("containers") or []),
+                    tolerations=tuple(pod.get("tolerations") or []),
+                    pod_labels=dict((template.get("metadata") or {}).get("labels") or {}),
+                )
+            )
+    servers = []
+    for item in (prometheuses or {}).get("items") or []:
+        meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+        servers.append(
+            PrometheusServer(
+                namespace=meta.get("namespace", ""),
+                name=meta.get("name", ""),
+                selectors={
+                    k: spec.get(k) for k in ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector")
+                },
+                release=_release(meta),
+            )
+        )
+    classes = []
+    for item in (gateway_classes or {}).get("items") or []:
+        conditions = (item.get("status") or {}).get("conditions") or []
+        classes.append(
+            GatewayClassInfo(
+                name=(item.get("metadata") or {}).get("name", ""),
+                controller=(item.get("spec") or {}).get("controllerName", ""),
+                accepted=any(c.get("type") == "Accepted" and c.get("status") == "True" for c in conditions),
+            )
+        )
+    names = frozenset(c["metadata"]["name"] for c in crds.get("items") or [] if c.get("metadata"))
+    return Inventory(names, tuple(workloads), tuple(servers), tuple(classes))
+
+
+@dataclass(frozen=True)
+class AddonSpec:
+    key: str
+    """The stack-file key under `addons`."""
+    what: str
+    kind: str
+    names: tuple[str, ...]
+    """What identifies it: its `app.kubernetes.io/name` (or `app`) label, or a part of its name."""
+
+
+ADDONS = (
+    AddonSpec("nvidiaDevicePlugin", "NVIDIA's device plugin", "DaemonSet", ("nvidia-device-plugin",)),
+    AddonSpec("efaDevicePlugin", "AWS's EFA device plugin", "DaemonSet", ("aws-efa-k8s-device-plugin",)),
+    AddonSpec("kuberay", "the KubeRay operator", "Deployment", ("kuberay-operator",)),
+    AddonSpec(
+        "loadBalancerController",
+        "the AWS Load Balancer Controller",
+        "Deployment",
+        ("aws-load-balancer-controller",),
+    ),
+    AddonSpec("envoyGateway", "Envoy Gateway", "Deployment", ("envoy-gateway", "gateway-helm")),
+    AddonSpec("prometheus", "Prometheus (prometheus-operator)", "Prometheus", ()),
+    AddonSpec("dcgmExporter", "NVIDIA's dcgm-exporter", "DaemonSet", ("dcgm-exporter",)),
+    AddonSpec("clusterAutoscaler", "Cluster Autoscaler", "Deployment", ("cluster-autoscaler",)),
+)
+BY_KEY = {a.key: a for a in ADDONS}
+
+
+def _matches(workload: Workload, spec: AddonSpec) -> bool:
+    if workload.kind != spec.kind:
+        return False
+    labels = {workload.labels.get("app.kubernetes.io/name", ""), workload.labels.get("app", "")}
+    return bool(labels & set(spec.names)) or any(n in workload.name for n in spec.names)
+
+
+@dataclass(frozen=True)
+class Found:
+    where: str
+    workload: Workload | None = None
+    prometheus: PrometheusServer | None = None
+
+
+def detect(inventory: Inventory, ours: Iterable[tuple[str, str]]) -> dict[str, Found]:
+    """Each add-on the cluster runs that the stack did not install (`ours`: its releases)."""
+    own = set(ours)
+    found: dict[str, Found] = {}
+    for spec in ADDONS:
+        if spec.kind == "Prometheus":
+            servers = [p for p in inventory.prometheuses if p.release not in own]
+            if servers:
+                first = sorted(servers, key=lambda p: (p.namespace, p.name))[0]
+                found[spec.key] = Found(f"Prometheus {first.namespace}/{first.name}", prometheus=first)
+            continue
+        hits = sorted(
+            (w for w in inventory.workloads if _matches(w, spec) and w.release not in own),
+            key=lambda w: (w.namespace, w.name),
+        )
+        if hits:
+            found[spec.key] = Found(hits[0].where, workload=hits[0])
+    return found
+
+
+@dataclass(frozen=True)
+class GatewayTarget:
+    """An existing Envoy Gateway: the GatewayClass it accepted and the namespace it runs proxies in."""
+
+    class_name: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class PrometheusTarget:
+    """An existing Prometheus: where the stack's monitors, rules and dashboards go, and their labels."""
+
+    namespace: str
+    name: str
+    monitor_labels: Mapping[str, str]
+    rule_labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class AddonPlan:
+    install: frozenset[str]
+    """The `addons` keys the stack installs."""
+    found: Mapping[str, Found] = field(default_factory=dict)
+    gateway: GatewayTarget | None = None
+    prometheus: PrometheusTarget | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def installs(self, key: str) -> bool:
+        return key in self.install
+
+
+EVERYTHING = AddonPlan(install=frozenset(a.key for a in ADDONS))
+"""The stack's own cluster: every add-on is the stack's."""
+
+
+def plan_addons(
+    settings: Settings, inventory: Inventory | str | None, ours: Iterable[tuple[str, str]] = ()
+) -> AddonPlan:
+    """Install or use, per add-on. `inventory`: what the existing cluster runs; a string says why it
+    could not be read; None on the stack's own cluster (everything installed)."""
+    if not settings.cluster.existing_cluster_name:
+        return EVERYTHING
+    choices: dict[str, str] = settings.addons.model_dump(by_alias=True)
+    problems: list[str] = []
+    notes: list[str] = []
+    warnings: list[str] = []
+    found = detect(inventory, ours) if isinstance(inventory, Inventory) else {}
+    install = set()
+    for spec in ADDONS:
+        key = f"{PROJECT}:addons.{spec.key}"
+        choice = choices[spec.key]
+        here = found.get(spec.key)
+        if isinstance(inventory, str):
+            if choice == "auto":
+                problems.append(
+                    f"{key}: auto, but the cluster's workloads could not be read ({inventory}), so whether "
+                    f"it runs {spec.what} is unknown; set install or existing (or give this identity read "
+                    "access: cluster.viewerPrincipalArns)"
+                )
+                continue
+            if choice == "install":
+                install.add(spec.key)
+            else:
+                warnings.append(f"{key}: existing, unchecked: the cluster's workloads could not be read")
+            continue
+        if choice == "install" and here:
+            problems.append(
+                f"{key}: install, but the cluster runs {spec.what} already ({here.where}); two would fight "
+                "over the same objects: set existing (or auto), or remove the team's"
+            )
+        elif choice == "existing" and not here:
+            problems.append(
+                f"{key}: existing, but the cluster runs no {spec.what} the stack can find; set install "
+                "(or auto)"
+            )
+        elif here:
+            notes.append(f"addons.{spec.key}: {choice}, using the cluster's {spec.what} ({here.where})")
+        else:
+            install.add(spec.key)
+            notes.append(f"addons.{spec.key}: {choice}, installing {spec.what} (the cluster runs none)")
+    gateway = prometheus = None
+    if isinstance(inventory, Inventory):
+        problems += _existing_problems(settings, found, install, warnings)
+        if "envoyGateway" in found and "envoyGateway" not in install:
+            gateway = _gateway(inventory, found["envoyGateway"], problems)
+        if "prometheus" in found and "prometheus" not in install:
+            prometheus = _prometheus(found["prometheus"], problems)
+    if problems:
+        raise ConfigError(problems)
+    return AddonPlan(
+        install=frozenset(install),
+        found=found,
+        gateway=gateway,
+        prometheus=prometheus,
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+    )
+
+
+def tolerates_gpu_taint(tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a pod with `tolerations` may run on a node tainted `nvidia.com/gpu=true:NoSchedule`."""
+    for t in tolerations:
+        key, operator, effect = t.get("key", ""), t.get("operator", "Equal"), t.get("effect", "")
+        if key not in ("", GPU_TAINT_KEY) or (not key and operator != "Exists"):
+            continue
+        if effect not in ("", "NoSchedule"):
+            continue
+        if operator == "Exists" or t.get("value") == "true":
+            return True
+    return False
+
+
+VERSION = re.compile(r":v?(\d+)\.(\d+)\.(\d+)")
+
+
+def image_version(images: Iterable[str]) -> tuple[int, int, int] | None:
+    for image in images:
+        found = VERSION.search(image)
+        if found:
+            return int(found[1]), int(found[2]), int(found[3])
+    return None
+
+
+def _existing_problems(
+    settings: Settings, found: Mapping[str, Found], install: set[str], warnings: list[str]
+) -> list[str]:
+    problems = []
+    for key in ("nvidiaDevicePlugin", "efaDevicePlugin"):
+        here = found.get(key)
+        tainted = settings.gpu_nodes.taint
+        if (
+            here
+            and key not in install
+            and here.workload
+            and tainted
+            and not tolerates_gpu_taint(here.workload.tolerations)
+        ):
+            problems.append(
+                f"{PROJECT}:addons.{key}: the cluster's {BY_KEY[key].what} ({here.where}) does not "
+                f"tolerate the GPU nodes' taint {GPU_TAINT_KEY}=true:NoSchedule, so it would never run "
+                "on them: add the toleration to it, set gpuNodes.taint: false, or let the stack "
+                f"install its own (addons.{key}: install, after removing the team's)"
+            )
+    kuberay = found.get("kuberay")
+    if kuberay and "kuberay" not in install and kuberay.workload:
+        have = image_version(kuberay.workload.images)
+        want = tuple(int(p) for p in settings.kuberay.chart_version.lstrip("v").split(".")[:3])
+        if have is None:
+            warnings.append(
+                f"addons.kuberay: the cluster's operator ({kuberay.where}) names no version in its image; "
+                f"the RayService needs KubeRay {settings.kuberay.chart_version} or later"
+            )
+        elif have[:2] < want[:2]:
+            problems.append(
+                f"{PROJECT}:addons.kuberay: the cluster's KubeRay operator ({kuberay.where}) is "
+                f"{'.'.join(map(str, have))}; the stack's RayService uses KubeRay "
+                f"{settings.kuberay.chart_version}'s fields (token authentication, the upgrade strategy): "
+                "upgrade it, or let the stack install its own"
+            )
+    return problems
+
+
+def _gateway(inventory: Inventory, here: Found, problems: list[str]) -> GatewayTarget | None:
+    classes = sorted(
+        (c for c in inventory.gateway_classes if c.controller == ENVOY_GATEWAY_CONTROLLER and c.accepted),
+        key=lambda c: c.name,
+    )
+    if not classes or here.workload is None:
+        problems.append(
+            f"{PROJECT}:addons.envoyGateway: the cluster's Envoy Gateway ({here.where}) has accepted no "
+            f"GatewayClass of controller {ENVOY_GATEWAY_CONTROLLER}; create one, or let the stack install "
+            "its own"
+        )
+        return None
+    return GatewayTarget(class_name=classes[0].name, namespace=here.workload.namespace)
+
+
+def _prometheus(here: Found, problems: list[str]) -> PrometheusTarget | None:
+    server = here.prometheus
+    assert server is not None
+    labels: dict[str, dict[str, str]] = {}
+    for selector in ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector"):
+        given = server.selectors.get(selector)
+        if given is None:
+            problems.append(
+                f"{PROJECT}:addons.prometheus: {here.where} has no {selector}, so it selects no "
+                f"{selector.removesuffix('Selector')}s at all; give it one, or let the stack install its own"
+            )
+            continue
+        if given.get("matchExpressions"):
+            problems.append(
+                f"{PROJECT}:addons.prometheus: {here.where}'s {selector} uses matchExpressions, which the "
+                "stack cannot satisfy for certain; select by matchLabels, or let the stack install its own"
+            )
+            continue
+        labels[selector] = dict(given.get("matchLabels") or {})
+    if problems:
+        return None
+    monitors = {**labels["podMonitorSelector"], **labels["serviceMonitorSelector"]}
+    return PrometheusTarget(server.namespace, server.name, monitors, labels["ruleSelector"])
+
+
+def kuberay_minimum() -> str:
+    return versions.KUBERAY_CHART_VERSION
