@@ -13,6 +13,10 @@
                                                    └──► Observability: EBS CSI, Prometheus, Grafana, dcgm,
                                                         monitors, alerts, dashboards (scrape all of the above)
 
+On a cluster a team already runs (`cluster.existingClusterName`) the VPC and cluster are read, not built:
+the stack's own system and GPU node groups join it, and each add-on above is installed only where the
+cluster lacks it (`addons.*`; `team_cluster` below, planning/existing_cluster.py, planning/addons.py).
+
 Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
 `planning` (what the hardware and AWS can carry), before the first resource is registered. What the
 plan needs from AWS is read first: which zones offer the GPU type, what this stack recorded on its VPC
@@ -245,20 +249,19 @@ def access_entries_of(cluster_name: str, settings: Settings, region: str, stack_
     return teams
 
 
-def own_releases(settings: Settings, cluster_name: str) -> list[tuple[str, str]]:
-    """(namespace, name) of every Helm release the stack installs: what it finds of these in a cluster
-    is its own, not the team's (planning/addons.py)."""
-    charts = [
-        nvidia_device_plugin(),
-        efa_device_plugin(settings.gpu_nodes.instance_type),
-        kuberay_operator(settings.kuberay),
-        load_balancer_controller(settings, cluster_name=cluster_name),
-        envoy_gateway_chart(),
-        kube_prometheus_stack_chart(settings),
-        dcgm_exporter_chart(),
-        cluster_autoscaler_chart(settings, cluster_name=cluster_name),
-    ]
-    return [(chart.namespace, chart.chart) for chart in charts]
+def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
+    """Where the stack's own of each add-on runs (its chart's namespace), by `addons` key."""
+    charts = {
+        "nvidiaDevicePlugin": nvidia_device_plugin(),
+        "efaDevicePlugin": efa_device_plugin(settings.gpu_nodes.instance_type),
+        "kuberay": kuberay_operator(settings.kuberay),
+        "loadBalancerController": load_balancer_controller(settings, cluster_name=cluster_name),
+        "envoyGateway": envoy_gateway_chart(),
+        "prometheus": kube_prometheus_stack_chart(settings),
+        "dcgmExporter": dcgm_exporter_chart(),
+        "clusterAutoscaler": cluster_autoscaler_chart(settings, cluster_name=cluster_name),
+    }
+    return {key: chart.namespace for key, chart in charts.items()}
 
 
 def cluster_inventory(cluster: ClusterDescription, region: str) -> Inventory | str:
@@ -400,12 +403,21 @@ def team_cluster(settings: Settings, stack_id: str) -> Where:
     existing = plan_existing(
         settings, read, zones_offering(settings.gpu_nodes.instance_type, settings.region), record
     )
-    addons = plan_addons(settings, cluster_inventory(read, settings.region), own_releases(settings, name))
+    addons = plan_addons(
+        settings,
+        cluster_inventory(read, settings.region),
+        ours=record.installed if record else (),
+        own_namespaces=own_namespaces(settings, name),
+    )
     entries = access_entries_of(read.name, settings, settings.region, stack_id)
     access = plan_access(settings, None, existing_entries=entries)
     _, volumes = key_choices(settings)
     kept = StackRecord(
-        (existing.gpu_zone,), existing.gpu_zone, volume_key=volumes, gpu_subnet=existing.gpu_subnet.id
+        (existing.gpu_zone,),
+        existing.gpu_zone,
+        volume_key=volumes,
+        gpu_subnet=existing.gpu_subnet.id,
+        installed=tuple(sorted(addons.install)),
     )
     return Where(
         context=existing_context(settings, existing, addons),
@@ -657,6 +669,8 @@ def main() -> None:
         pulumi.export("loadBalancerHostname", endpoint.load_balancer_hostname)
         pulumi.export("loadBalancerService", service_ref(endpoint_manifests.load_balancer.to_dict()))
         pulumi.export("apiKeys", endpoint.api_keys)
+    if observability:
+        pulumi.export("prometheusService", scraper(plan.cluster).ref)
     if observability and observability.grafana_admin_password is not None:
         pulumi.export("grafanaAdminPassword", observability.grafana_admin_password)
     pulumi.export("modelId", settings.model.id)

@@ -37,12 +37,14 @@ class BenchOptions:
     client: str = "default"
     tokenizer: str | None = None
     name: str = "bench"
+    gateway_namespace: str = GATEWAY_NAMESPACE
+    """Where the endpoint's load balancer Service is (an existing cluster's Envoy Gateway runs elsewhere)."""
 
 
-def target_url(settings: Settings) -> str:
+def target_url(settings: Settings, gateway_namespace: str = GATEWAY_NAMESPACE) -> str:
     if settings.endpoint.enabled:
         service = load_balancer_service_name(settings.serving.name)
-        return f"http://{service}.{GATEWAY_NAMESPACE}.svc:{settings.endpoint.port}"
+        return f"http://{service}.{gateway_namespace}.svc:{settings.endpoint.port}"
     return f"http://{serve_service_name(settings.serving.name)}.{settings.serving.namespace}.svc:8000"
 
 
@@ -56,7 +58,7 @@ def bench_command(settings: Settings, options: BenchOptions) -> list[str]:
         "--backend",
         "openai-chat",
         "--base-url",
-        target_url(settings),
+        target_url(settings, options.gateway_namespace),
         "--endpoint",
         "/v1/chat/completions",
         "--model",

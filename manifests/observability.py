@@ -263,8 +263,19 @@ class Scraper:
     namespace: str
     pods: dict[str, str]
     """Its pods' labels (prometheus-operator's: pkg/prometheus/server/operator.go `makeSelectorLabels`)."""
-    url: str
-    """Where the Ray head asks it for the dashboard's metrics tabs."""
+    service: str
+    """The Service in front of it (kube-prometheus-stack's, or the `prometheus-operated` one
+    prometheus-operator makes in every namespace with a Prometheus), on PROMETHEUS_PORT."""
+
+    @property
+    def url(self) -> str:
+        """Where the Ray head asks it for the dashboard's metrics tabs."""
+        return f"http://{self.service}.{self.namespace}.svc:{PROMETHEUS_PORT}"
+
+    @property
+    def ref(self) -> str:
+        """`namespace/service`: the stack's `prometheusService` output, where `ops` asks it."""
+        return f"{self.namespace}/{self.service}"
 
     def peer(self) -> dict[str, Any]:
         return pods(self.pods, self.namespace)
@@ -276,13 +287,9 @@ def scraper(context: ClusterContext) -> Scraper:
         return Scraper(
             existing.namespace,
             {"app.kubernetes.io/name": "prometheus", "operator.prometheus.io/name": existing.name},
-            f"http://{PROMETHEUS_OPERATED}.{existing.namespace}.svc:{PROMETHEUS_PORT}",
+            PROMETHEUS_OPERATED,
         )
-    return Scraper(
-        MONITORING_NAMESPACE,
-        dict(PROMETHEUS_PODS),
-        f"http://{PROMETHEUS_SERVICE}.{MONITORING_NAMESPACE}.svc:{PROMETHEUS_PORT}",
-    )
+    return Scraper(MONITORING_NAMESPACE, dict(PROMETHEUS_PODS), PROMETHEUS_SERVICE)
 
 
 def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
@@ -382,16 +389,20 @@ def pod_monitors(settings: Settings, context: ClusterContext) -> list[dict[str, 
     ]
 
 
-def kuberay_service_monitor(settings: Settings) -> dict[str, Any]:
-    """The KubeRay operator's own metrics (RayService Ready, upgrades), from its Service's `http` port."""
+def kuberay_service_monitor(settings: Settings, context: ClusterContext) -> dict[str, Any]:
+    """The KubeRay operator's own metrics (RayService Ready, upgrades), from its Service's `http` port:
+    in the operator's namespace, or in an existing Prometheus's, naming the operator's."""
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+        "endpoints": [{"port": "http", "path": "/metrics", "honorLabels": True}],
+    }
+    if context.addons.prometheus:
+        spec["namespaceSelector"] = {"matchNames": [settings.kuberay.namespace]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": "kuberay-operator", "namespace": settings.kuberay.namespace},
-        "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
-            "endpoints": [{"port": "http", "path": "/metrics", "honorLabels": True}],
-        },
+        "metadata": monitor_metadata("kuberay-operator", settings.kuberay.namespace, context),
+        "spec": spec,
     }
 
 
@@ -587,7 +598,9 @@ def build_observability(settings: Settings, context: ClusterContext) -> Observab
         else None,
         dcgm_exporter=dcgm_exporter_chart() if addons.installs("dcgmExporter") else None,
         pod_monitors=pod_monitors(settings, context),
-        kuberay_service_monitor=kuberay_service_monitor(settings) if addons.installs("kuberay") else None,
+        kuberay_service_monitor=kuberay_service_monitor(settings, context)
+        if addons.installs("kuberay")
+        else None,
         prometheus_rule=prometheus_rule(settings, context),
         dashboards=dashboard_config_maps(settings, context),
     )

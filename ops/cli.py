@@ -23,7 +23,7 @@ from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
 from config.settings import ConfigError, Settings, load_settings
 from ops.dashboards import Popen, default_popen, describe, forwards, run_forwards
-from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint
+from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint, stack_prometheus
 from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings, stack_output
 
 Connect = Callable[[ConnectOptions], KubeApi]
@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--account-id",
         metavar="ID",
         help="the stack's AWS account, which names the model cache's bucket (default: shown as <account-id>)",
+    )
+    render.add_argument(
+        "--vpc-cidr",
+        action="append",
+        metavar="CIDR",
+        help="with cluster.existingClusterName (required there): a range of the cluster's VPC, as the "
+        "network policies admit the load balancer and the API server from it; repeat for each (`aws ec2 "
+        "describe-vpcs --vpc-ids <id> --query 'Vpcs[].CidrBlockAssociationSet[].CidrBlock'`). Add-ons set "
+        "to auto are rendered as installed: only a preview looks at what the cluster runs",
     )
 
     status = commands.add_parser(
@@ -296,6 +305,7 @@ def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Calla
         client=args.client,
         tokenizer=args.tokenizer,
         name=args.name,
+        gateway_namespace=_gateway_namespace(args, settings, run),
     )
     clients = sorted(settings.endpoint.clients)
     if settings.endpoint.enabled and args.client not in clients:
@@ -329,6 +339,27 @@ def _render(args: argparse.Namespace) -> int:
 
     settings = load_stack_settings(args.root, args.stack)
     plan = plan_stack(settings, stack=args.stack, account_id=args.account_id)
+    if settings.cluster.existing_cluster_name:
+        from ipaddress import IPv4Network
+
+        from planning.context import offline_existing
+
+        if not args.vpc_cidr:
+            raise OpsError(
+                f"Pulumi.{args.stack}.yaml serves on cluster {settings.cluster.existing_cluster_name}: "
+                "pass its VPC's ranges with --vpc-cidr (the network policies name them)",
+                exit_code=2,
+            )
+        try:
+            cidrs = tuple(str(IPv4Network(c)) for c in args.vpc_cidr)
+        except ValueError as error:
+            raise OpsError(f"--vpc-cidr: {error}", exit_code=2) from None
+        plan = replace(plan, context=offline_existing(settings, cidrs))
+        progress(
+            "add-ons set to auto are rendered as installed: a preview decides from what the cluster runs"
+        )
+    elif args.vpc_cidr:
+        raise OpsError("--vpc-cidr is for a stack on an existing cluster; this stack makes its own VPC", 2)
     for warning in plan.warnings:
         progress(f"warning: {warning}")
     sys.stdout.write(render_manifests(settings, plan))
@@ -343,7 +374,8 @@ def _dashboards(args: argparse.Namespace, run: Runner, popen: Popen, sleep: Call
         )
     namespace = args.namespace or (settings.serving.namespace if settings else DEFAULT_NAMESPACE)
     name = args.name or (settings.serving.name if settings else DEFAULT_NAME)
-    chosen = forwards(namespace, name)
+    prometheus = _prometheus(args, settings, run)
+    chosen = forwards(namespace, name, None if prometheus == stack_prometheus() else prometheus)
     with _kubeconfig(args, run) as kubeconfig:
         from ops.kube import kubeconfig_path
 
@@ -414,18 +446,63 @@ def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -
     return str(keys[client])
 
 
+def _on_team_cluster(
+    args: argparse.Namespace, settings: Settings | None, run: Runner, output: str
+) -> str | None:
+    """Where (`namespace/name`) a stack on an existing cluster put a Service whose place is the team's
+    add-on's: its output `output`. None on the stack's own cluster, where the place is fixed."""
+    if not (settings and settings.cluster.existing_cluster_name and args.stack):
+        return None
+    found = stack_output(args.stack, args.root, output, run)
+    if not (isinstance(found, str) and found.count("/") == 1):
+        raise OpsError(
+            f"stack {args.stack}'s `{output}` output is not namespace/name: {found!r}", exit_code=2
+        )
+    return found
+
+
+def _gateway_namespace(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str:
+    """Where the endpoint's load balancer Service is: the stack's own Envoy Gateway's namespace, or on a
+    team's cluster whatever the stack's `loadBalancerService` output says (its Envoy Gateway's)."""
+    from manifests.endpoint import GATEWAY_NAMESPACE
+
+    if not (settings and settings.endpoint.enabled):
+        return GATEWAY_NAMESPACE
+    found = _on_team_cluster(args, settings, run, "loadBalancerService")
+    return found.split("/")[0] if found else GATEWAY_NAMESPACE
+
+
+def _prometheus(args: argparse.Namespace, settings: Settings | None, run: Runner) -> ServiceEndpoint:
+    """The Prometheus that scrapes the stack: its own, or on a team's cluster the one its
+    `prometheusService` output names (the team's, where the stack uses it)."""
+    from manifests.observability import PROMETHEUS_PORT
+
+    if not (settings and settings.observability.enabled):
+        return stack_prometheus()
+    found = _on_team_cluster(args, settings, run, "prometheusService")
+    if not found:
+        return stack_prometheus()
+    namespace, service = found.split("/")
+    return ServiceEndpoint(namespace, service, PROMETHEUS_PORT)
+
+
 def _http_route(
-    args: argparse.Namespace, settings: Settings | None, namespace: str, name: str, key: str | None
+    args: argparse.Namespace,
+    settings: Settings | None,
+    namespace: str,
+    name: str,
+    key: str | None,
+    gateway_namespace: str,
 ) -> tuple[ServiceEndpoint, dict[str, str], bool]:
     """Where verify's OpenAI requests go (the Service behind the API server's proxy, unless
     --base-url), the headers carrying the key, and whether a gateway checks keys on that way."""
-    from manifests.endpoint import GATEWAY_NAMESPACE, load_balancer_service_name
+    from manifests.endpoint import load_balancer_service_name
 
     if args.base_url:
         return ServiceEndpoint(namespace, _serve_service(name)), _bearer(key), key is not None
     if settings and settings.endpoint.enabled:
         assert key is not None
-        gateway = ServiceEndpoint(GATEWAY_NAMESPACE, load_balancer_service_name(name), settings.endpoint.port)
+        gateway = ServiceEndpoint(gateway_namespace, load_balancer_service_name(name), settings.endpoint.port)
         # The API server drops `Authorization` after authenticating with it; the route takes x-api-key too.
         return gateway, {"x-api-key": key}, True
     return ServiceEndpoint(namespace, _serve_service(name)), {}, False
@@ -495,7 +572,14 @@ def _against_cluster(
             _credentials_work(kubeconfig, run)
             api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(namespace, _serve_service(name))))
             api.check_access()
-            report = collect_status(api, namespace, name, progress)
+            report = collect_status(
+                api,
+                namespace,
+                name,
+                progress,
+                _gateway_namespace(args, settings, run),
+                _prometheus(args, settings, run),
+            )
             if settings:
                 report = replace(
                     report,
@@ -512,7 +596,8 @@ def _against_cluster(
     with _kubeconfig(args, run) as kubeconfig:
         _credentials_work(kubeconfig, run)
         key = _api_key(args, settings, run)
-        endpoint, headers, gateway = _http_route(args, settings, namespace, name, key)
+        gateway_namespace = _gateway_namespace(args, settings, run)
+        endpoint, headers, gateway = _http_route(args, settings, namespace, name, key, gateway_namespace)
         api = connect(ConnectOptions(kubeconfig, endpoint, args.base_url, headers))
         api.check_access()
         model = args.model or (settings.model.id if settings else DEFAULT_MODEL)

@@ -5,6 +5,9 @@ Grafana answers on 127.0.0.1:3000, which is also where the Ray dashboard's metri
 panels from (the head's RAY_GRAFANA_IFRAME_HOST), so both work side by side in one browser once you
 are logged in to Grafana (user `admin`, password: the stack's `grafanaAdminPassword` output). The Ray
 dashboard asks for Ray's token, which the output says how to read.
+
+Where the stack uses a team's Prometheus (an existing cluster's, `addons.prometheus`), Prometheus is
+that one (the stack's `prometheusService` output) and Grafana is the team's, so it is not forwarded.
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ from pathlib import Path
 from typing import Protocol
 
 from manifests.observability import (
+    DASHBOARD_FOLDER,
+    DASHBOARD_FOLDER_ANNOTATION,
+    DASHBOARD_LABEL,
     GRAFANA_ADMIN_USER,
     GRAFANA_LOCAL_URL,
     GRAFANA_PORT,
     GRAFANA_SERVICE,
     MONITORING_NAMESPACE,
     PROMETHEUS_PORT,
-    PROMETHEUS_SERVICE,
 )
 from manifests.pd_dashboard import UID as PD_DASHBOARD_UID
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
-from ops.kube import OpsError
+from ops.kube import OpsError, ServiceEndpoint, stack_prometheus
 
 RAY_DASHBOARD_PORT = 8265
 
@@ -68,11 +73,20 @@ class Forward:
         ]
 
 
-def forwards(serving_namespace: str, rayservice: str) -> list[Forward]:
+def forwards(
+    serving_namespace: str, rayservice: str, prometheus: ServiceEndpoint | None = None
+) -> list[Forward]:
+    """Grafana, Prometheus and the Ray dashboard; with a team's Prometheus (`prometheus`, where the stack
+    uses the cluster's) no Grafana: the team's Grafana is the team's to reach."""
     grafana_port = int(GRAFANA_LOCAL_URL.rsplit(":", 1)[1])
+    where = prometheus or stack_prometheus()
     return [
-        Forward("Grafana", MONITORING_NAMESPACE, GRAFANA_SERVICE, grafana_port, GRAFANA_PORT),
-        Forward("Prometheus", MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT, PROMETHEUS_PORT),
+        *(
+            []
+            if prometheus
+            else [Forward("Grafana", MONITORING_NAMESPACE, GRAFANA_SERVICE, grafana_port, GRAFANA_PORT)]
+        ),
+        Forward("Prometheus", where.namespace, where.service, PROMETHEUS_PORT, PROMETHEUS_PORT),
         # KubeRay's head Service of a RayService follows the cluster that serves.
         Forward(
             "Ray dashboard",
@@ -100,15 +114,23 @@ def describe(chosen: Sequence[Forward], stack: str | None) -> str:
         if stack
         else "the stack's grafanaAdminPassword output"
     )
-    grafana = chosen[0]
-    return "\n".join(
-        [
-            f"{grafana.what:<14} {grafana.url}  (user {GRAFANA_ADMIN_USER}, password: {password})",
-            f"{'':<14} {grafana.url}/d/{PD_DASHBOARD_UID}  (prefill/decode at a glance)",
-            *(f"{f.what:<14} {f.url}{login(f)}" for f in chosen[1:]),
-            "Ctrl-C stops the port-forwards.",
-        ]
-    )
+    lines = []
+    for forward in chosen:
+        if forward.what == "Grafana":
+            lines += [
+                f"{forward.what:<14} {forward.url}  (user {GRAFANA_ADMIN_USER}, password: {password})",
+                f"{'':<14} {forward.url}/d/{PD_DASHBOARD_UID}  (prefill/decode at a glance)",
+            ]
+        else:
+            lines.append(f"{forward.what:<14} {forward.url}{login(forward)}")
+    prometheus = next(f for f in chosen if f.what == "Prometheus")
+    if not any(f.what == "Grafana" for f in chosen):
+        lines.append(
+            f"{'Grafana':<14} yours: the stack's dashboards are ConfigMaps labelled {DASHBOARD_LABEL}=1 in "
+            f"{prometheus.namespace} for its dashboard sidecar (folder {DASHBOARD_FOLDER!r} where the "
+            f"sidecar reads {DASHBOARD_FOLDER_ANNOTATION}; prefill/decode at a glance: /d/{PD_DASHBOARD_UID})"
+        )
+    return "\n".join([*lines, "Ctrl-C stops the port-forwards."])
 
 
 def run_forwards(

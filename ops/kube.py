@@ -78,9 +78,11 @@ class KubeApi(Protocol):
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
 
-    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
-        """An instant query's result vector from the stack's Prometheus (through the API server's
-        service proxy); None when no Prometheus answers there."""
+    def prometheus_query(
+        self, query: str, prometheus: ServiceEndpoint | None = None
+    ) -> list[dict[str, Any]] | None:
+        """An instant query's result vector from the stack's Prometheus, or the one at `prometheus`
+        (through the API server's service proxy); None when no Prometheus answers there."""
         ...
 
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]: ...
@@ -119,17 +121,27 @@ class KubeApi(Protocol):
 
 @dataclass(frozen=True)
 class ServiceEndpoint:
-    """The Service `verify` sends the OpenAI API requests to through the API server's service proxy, so
-    it needs no port-forward: KubeRay's serve Service, or the endpoint's gateway Service (then the API key
-    goes in `x-api-key`: the API server drops an `Authorization` header after authenticating with it)."""
+    """A Service reached through the API server's service proxy, so it needs no port-forward: where
+    `verify` sends the OpenAI API requests (KubeRay's serve Service, or the endpoint's gateway Service,
+    then the API key goes in `x-api-key`: the API server drops an `Authorization` header after
+    authenticating with it), or the Prometheus `status` asks."""
 
     namespace: str
     service: str
     port: int = SERVE_PORT
 
-    def proxy_path(self, path: str) -> str:
+    def proxy_path(self, path: str, api: str = "v1") -> str:
+        """`path` of the Service through the API server's proxy: under /v1 (OpenAI's API), or `api`."""
         ns, svc = (urllib.parse.quote(part, safe="") for part in (self.namespace, self.service))
-        return f"/api/v1/namespaces/{ns}/services/{svc}:{self.port}/proxy/v1/{path.lstrip('/')}"
+        under = f"/{api}" if api else ""
+        return f"/api/v1/namespaces/{ns}/services/{svc}:{self.port}/proxy{under}/{path.lstrip('/')}"
+
+
+def stack_prometheus() -> ServiceEndpoint:
+    """The stack's own Prometheus (kube-prometheus-stack's Service in its namespace)."""
+    from manifests.observability import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
+
+    return ServiceEndpoint(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
 
 
 @dataclass(frozen=True)
@@ -363,13 +375,10 @@ class KubeClient:
                 return None
             raise self._failure(f"cannot read {plural} {namespace}/{name}", error) from None
 
-    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
-        from manifests.observability import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
-
-        path = (
-            f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/{PROMETHEUS_SERVICE}:{PROMETHEUS_PORT}"
-            "/proxy/api/v1/query"
-        )
+    def prometheus_query(
+        self, query: str, prometheus: ServiceEndpoint | None = None
+    ) -> list[dict[str, Any]] | None:
+        path = (prometheus or stack_prometheus()).proxy_path("/api/v1/query", api="")
         try:
             response = self._raw(path, "GET", query_params=[("query", query)], _request_timeout=API_TIMEOUT_S)
             answer = json.loads(response.data)

@@ -51,7 +51,8 @@ def without_secrets(value: Any) -> tuple[Any, bool]:
 def run_offline(stack: str, config: dict[str, Any]) -> Any:
     """The program under the suite's mocks; its errors as OpsError (exit 2: the stack cannot plan)."""
     try:
-        from tests.fakes.pulumi import run_stack
+        from tests.fakes.existing import TeamCluster
+        from tests.fakes.pulumi import AwsState, run_stack
     except ImportError as error:  # a copy without tests/: say what is missing
         raise OpsError(f"ops plan runs the program under tests/fakes; {error}", exit_code=2) from None
     values: dict[str, Any] = {}
@@ -59,8 +60,12 @@ def run_offline(stack: str, config: dict[str, Any]) -> Any:
     for key, value in config.items():
         plain, secret = without_secrets(value)
         (secrets if secret else values)[key] = plain
+    existing = (values.get("ray-llm-eks:cluster") or {}).get("existingClusterName")
+    region = str(values.get("aws:region") or "us-east-1")
+    # A cluster of that name in the mocked world (tests/fakes/existing.py), its subnets in the region's zones.
+    aws = AwsState(team=TeamCluster.named(existing, region)) if existing else None
     try:
-        return run_stack(values, stack=stack, secrets=secrets or None)
+        return run_stack(values, stack=stack, secrets=secrets or None, aws=aws)
     except Exception as error:  # the program's own refusal, as a preview would print it
         message = str(error).strip().splitlines()
         raise OpsError(
@@ -113,6 +118,14 @@ def plan_report(
         "Pulumi CLI). `pulumi preview` asks AWS and may differ in zones and names.",
         "",
     ]
+    if settings.cluster.existing_cluster_name:
+        lines += [
+            f"Cluster {settings.cluster.existing_cluster_name} is mocked too: Kubernetes 1.34, a VPC with "
+            "private subnets in zones a to d, the Pod Identity agent, and a load balancer controller, "
+            "Prometheus and Cluster Autoscaler of its own (tests/fakes/existing.py). A preview reads "
+            "yours: its version, subnets and add-ons decide.",
+            "",
+        ]
     if run.warnings:
         lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
     summaries = [m for m in run.infos if not m.startswith(COST_HEADER)]  # the cost is one message

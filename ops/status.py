@@ -14,7 +14,7 @@ from typing import Any
 
 from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
 from manifests.pd_dashboard import STATUS_QUERIES, status_queries
-from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi
+from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
 
@@ -249,7 +249,16 @@ class StatusReport:
         return "\n".join(lines)
 
 
-def collect_status(api: KubeApi, namespace: str, name: str, progress: Progress = quiet) -> StatusReport:
+def collect_status(
+    api: KubeApi,
+    namespace: str,
+    name: str,
+    progress: Progress = quiet,
+    gateway_namespace: str = GATEWAY_NAMESPACE,
+    prometheus: ServiceEndpoint | None = None,
+) -> StatusReport:
+    """`gateway_namespace`: where the endpoint's load balancer Service is (Envoy Gateway's namespace);
+    `prometheus`: the Prometheus that scrapes the stack, if not the stack's own."""
     progress(f"reading RayService {namespace}/{name}")
     rayservice = api.get_rayservice(namespace, name)
     progress(f"listing Ray pods in {namespace}")
@@ -257,9 +266,9 @@ def collect_status(api: KubeApi, namespace: str, name: str, progress: Progress =
     progress(f"listing GPU nodes ({GPU_NODE_SELECTOR})")
     nodes = api.list_nodes(GPU_NODE_SELECTOR)
     progress(f"reading the endpoint's Gateway {namespace}/{name}")
-    endpoint = collect_endpoint(api, namespace, name)
+    endpoint = collect_endpoint(api, namespace, name, gateway_namespace)
     progress("asking Prometheus for latency and NIXL figures")
-    metrics = collect_metrics(api)
+    metrics = collect_metrics(api, prometheus)
     return StatusReport(
         endpoint=endpoint,
         metrics=metrics,
@@ -275,7 +284,9 @@ GATEWAY_API = "gateway.networking.k8s.io/v1"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
 
 
-def collect_endpoint(api: KubeApi, namespace: str, name: str) -> EndpointStatus | None:
+def collect_endpoint(
+    api: KubeApi, namespace: str, name: str, gateway_namespace: str = GATEWAY_NAMESPACE
+) -> EndpointStatus | None:
     gateway = api.get_object(GATEWAY_API, "gateways", namespace, name)
     if gateway is None:
         return None
@@ -283,7 +294,7 @@ def collect_endpoint(api: KubeApi, namespace: str, name: str) -> EndpointStatus 
     route = api.get_object(GATEWAY_API, "httproutes", namespace, name)
     policy = api.get_object(ENVOY_GATEWAY_API, "securitypolicies", namespace, policy_name)
     service_name = load_balancer_service_name(name)
-    service = api.get_object("v1", "services", GATEWAY_NAMESPACE, service_name) or {}
+    service = api.get_object("v1", "services", gateway_namespace, service_name) or {}
     ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
     annotations = (service.get("metadata") or {}).get("annotations") or {}
     ports = (service.get("spec") or {}).get("ports") or []
@@ -293,18 +304,18 @@ def collect_endpoint(api: KubeApi, namespace: str, name: str) -> EndpointStatus 
             _object_conditions("HTTPRoute", namespace, name, _first(route, "parents")),
             _object_conditions("SecurityPolicy", namespace, policy_name, _first(policy, "ancestors")),
         ),
-        load_balancer=f"{GATEWAY_NAMESPACE}/{service_name}",
+        load_balancer=f"{gateway_namespace}/{service_name}",
         load_balancer_hostname=(ingress[0].get("hostname") or ingress[0].get("ip")) if ingress else None,
         scheme=annotations.get("service.beta.kubernetes.io/aws-load-balancer-scheme", "internal"),
         port=ports[0].get("port") if ports else None,
     )
 
 
-def collect_metrics(api: KubeApi) -> ServingMetrics | None:
+def collect_metrics(api: KubeApi, prometheus: ServiceEndpoint | None = None) -> ServingMetrics | None:
     latency: dict[str, dict[str, float]] = {}
     nixl: dict[str, float] = {}
     for key, query in status_queries().items():
-        result = api.prometheus_query(query)
+        result = api.prometheus_query(query, prometheus)
         if result is None:
             return None
         if key in STATUS_QUERIES:

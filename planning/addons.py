@@ -6,8 +6,9 @@ each is a choice (`addons.*`): `auto` installs it unless the cluster runs one al
 preview from its Kubernetes API (`__main__.py` lists the CRDs, Deployments, DaemonSets, Prometheus
 objects and GatewayClasses; `inventory_from_api` turns the API's JSON into an `Inventory`).
 
-A workload Helm installed for this stack (its `meta.helm.sh/release-*` annotations name one of the
-stack's own releases) is the stack's, not the team's: a later `up` keeps installing it.
+What the stack installed on an earlier `up` is recorded (planning/zones.py `StackRecord.installed`, on
+its EFA security group): a later preview finds it running and must not take it for the team's (a Helm
+release name says nothing: a team's `aws-load-balancer-controller` in kube-system looks like ours).
 
 What an existing add-on must be, or preview refuses it:
 - a device plugin must tolerate the GPU nodes' taint (`gpuNodes.taint`), or it never runs on them;
@@ -26,8 +27,6 @@ from typing import Any
 from config import PROJECT, ConfigError, Settings, versions
 from planning.nodes import GPU_TAINT_KEY
 
-HELM_RELEASE = "meta.helm.sh/release-name"
-HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 
 
@@ -37,8 +36,6 @@ class Workload:
     namespace: str
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
-    release: tuple[str, str] | None = None
-    """(namespace, name) of the Helm release that installed it, from its annotations."""
     images: tuple[str, ...] = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
     pod_labels: Mapping[str, str] = field(default_factory=dict)
@@ -57,7 +54,6 @@ class PrometheusServer:
     name: str
     selectors: Mapping[str, Mapping[str, Any] | None]
     """podMonitorSelector, serviceMonitorSelector, ruleSelector: None selects nothing, {} everything."""
-    release: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,12 +71,6 @@ class Inventory:
     workloads: tuple[Workload, ...] = ()
     prometheuses: tuple[PrometheusServer, ...] = ()
     gateway_classes: tuple[GatewayClassInfo, ...] = ()
-
-
-def _release(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
-    annotations = metadata.get("annotations") or {}
-    name = annotations.get(HELM_RELEASE)
-    return (annotations.get(HELM_NAMESPACE) or metadata.get("namespace", ""), name) if name else None
 
 
 def inventory_from_api(
@@ -103,7 +93,6 @@ def inventory_from_api(
                     namespace=meta.get("namespace", ""),
                     name=meta.get("name", ""),
                     labels=dict(meta.get("labels") or {}),
-                    release=_release(meta),
                     images=tuple(c.get("image", "") for c in pod.get("containers") or []),
                     tolerations=tuple(pod.get("tolerations") or []),
                     pod_labels=dict((template.get("metadata") or {}).get("labels") or {}),
@@ -119,7 +108,6 @@ def inventory_from_api(
                 selectors={
                     k: spec.get(k) for k in ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector")
                 },
-                release=_release(meta),
             )
         )
     classes = []
@@ -147,18 +135,18 @@ class AddonSpec:
 
 
 ADDONS = (
-    AddonSpec("nvidiaDevicePlugin", "NVIDIA's device plugin", "DaemonSet", ("nvidia-device-plugin",)),
-    AddonSpec("efaDevicePlugin", "AWS's EFA device plugin", "DaemonSet", ("aws-efa-k8s-device-plugin",)),
-    AddonSpec("kuberay", "the KubeRay operator", "Deployment", ("kuberay-operator",)),
+    AddonSpec("nvidiaDevicePlugin", "NVIDIA device plugin", "DaemonSet", ("nvidia-device-plugin",)),
+    AddonSpec("efaDevicePlugin", "EFA device plugin", "DaemonSet", ("aws-efa-k8s-device-plugin",)),
+    AddonSpec("kuberay", "KubeRay operator", "Deployment", ("kuberay-operator",)),
     AddonSpec(
         "loadBalancerController",
-        "the AWS Load Balancer Controller",
+        "AWS Load Balancer Controller",
         "Deployment",
         ("aws-load-balancer-controller",),
     ),
     AddonSpec("envoyGateway", "Envoy Gateway", "Deployment", ("envoy-gateway", "gateway-helm")),
     AddonSpec("prometheus", "Prometheus (prometheus-operator)", "Prometheus", ()),
-    AddonSpec("dcgmExporter", "NVIDIA's dcgm-exporter", "DaemonSet", ("dcgm-exporter",)),
+    AddonSpec("dcgmExporter", "dcgm-exporter", "DaemonSet", ("dcgm-exporter",)),
     AddonSpec("clusterAutoscaler", "Cluster Autoscaler", "Deployment", ("cluster-autoscaler",)),
 )
 BY_KEY = {a.key: a for a in ADDONS}
@@ -178,20 +166,25 @@ class Found:
     prometheus: PrometheusServer | None = None
 
 
-def detect(inventory: Inventory, ours: Iterable[tuple[str, str]]) -> dict[str, Found]:
-    """Each add-on the cluster runs that the stack did not install (`ours`: its releases)."""
-    own = set(ours)
+def detect(inventory: Inventory, elsewhere: Mapping[str, str] | None = None) -> dict[str, Found]:
+    """Each add-on the cluster runs. `elsewhere`: add-on key -> the namespace the stack's own runs in,
+    for add-ons the stack installed: one outside it is preferred (the team's), if any."""
+    places = elsewhere or {}
     found: dict[str, Found] = {}
     for spec in ADDONS:
+        ours = places.get(spec.key)
+
+        def order(namespace: str, name: str, ours: str | None = ours) -> tuple[bool, str, str]:
+            return namespace == ours, namespace, name
+
         if spec.kind == "Prometheus":
-            servers = [p for p in inventory.prometheuses if p.release not in own]
+            servers = sorted(inventory.prometheuses, key=lambda p: order(p.namespace, p.name))
             if servers:
-                first = sorted(servers, key=lambda p: (p.namespace, p.name))[0]
+                first = servers[0]
                 found[spec.key] = Found(f"Prometheus {first.namespace}/{first.name}", prometheus=first)
             continue
         hits = sorted(
-            (w for w in inventory.workloads if _matches(w, spec) and w.release not in own),
-            key=lambda w: (w.namespace, w.name),
+            (w for w in inventory.workloads if _matches(w, spec)), key=lambda w: order(w.namespace, w.name)
         )
         if hits:
             found[spec.key] = Found(hits[0].where, workload=hits[0])
@@ -235,22 +228,41 @@ EVERYTHING = AddonPlan(install=frozenset(a.key for a in ADDONS))
 
 
 def plan_addons(
-    settings: Settings, inventory: Inventory | str | None, ours: Iterable[tuple[str, str]] = ()
+    settings: Settings,
+    inventory: Inventory | str | None,
+    ours: Iterable[str] = (),
+    own_namespaces: Mapping[str, str] | None = None,
 ) -> AddonPlan:
     """Install or use, per add-on. `inventory`: what the existing cluster runs; a string says why it
-    could not be read; None on the stack's own cluster (everything installed)."""
+    could not be read; None on the stack's own cluster (everything installed). `ours`: the add-ons the
+    stack installed there on an earlier `up` (its record), which it keeps unless told `existing`;
+    `own_namespaces`: where the stack's own of each runs."""
     if not settings.cluster.existing_cluster_name:
         return EVERYTHING
     choices: dict[str, str] = settings.addons.model_dump(by_alias=True)
     problems: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
-    found = detect(inventory, ours) if isinstance(inventory, Inventory) else {}
+    own = set(ours)
+    places = {k: v for k, v in (own_namespaces or {}).items() if k in own}
+    found = detect(inventory, places) if isinstance(inventory, Inventory) else {}
     install = set()
     for spec in ADDONS:
         key = f"{PROJECT}:addons.{spec.key}"
         choice = choices[spec.key]
         here = found.get(spec.key)
+        if spec.key in own and choice != "existing":
+            install.add(spec.key)
+            notes.append(
+                f"addons.{spec.key}: {choice}: the stack's own {spec.what} (installed by an earlier up)"
+            )
+            continue
+        if spec.key in own and here and _where_ours(here) == places.get(spec.key):
+            # Handing over to the team's: only the stack's own was found, which this `up` removes.
+            warnings.append(
+                f"{key}: existing, but the only {spec.what} found ({here.where}) may be the stack's own, "
+                "which this up removes: make sure the team's runs"
+            )
         if isinstance(inventory, str):
             if choice == "auto":
                 problems.append(
@@ -275,10 +287,12 @@ def plan_addons(
                 "(or auto)"
             )
         elif here:
-            notes.append(f"addons.{spec.key}: {choice}, using the cluster's {spec.what} ({here.where})")
+            notes.append(f"addons.{spec.key}: {choice}: the cluster's own {spec.what} ({here.where})")
         else:
             install.add(spec.key)
-            notes.append(f"addons.{spec.key}: {choice}, installing {spec.what} (the cluster runs none)")
+            notes.append(
+                f"addons.{spec.key}: {choice}: the stack installs the {spec.what} (the cluster runs none)"
+            )
     gateway = prometheus = None
     if isinstance(inventory, Inventory):
         problems += _existing_problems(settings, found, install, warnings)
@@ -296,6 +310,27 @@ def plan_addons(
         notes=tuple(notes),
         warnings=tuple(warnings),
     )
+
+
+def _where_ours(here: Found) -> str:
+    return here.workload.namespace if here.workload else here.prometheus.namespace if here.prometheus else ""
+
+
+def as_chosen(settings: Settings) -> AddonPlan:
+    """The add-ons as the stack file says them, without a cluster to look at (`ops render` offline):
+    `auto` installs. An existing Envoy Gateway or Prometheus is refused: what the stack's objects need
+    of them (a GatewayClass, a namespace, selector labels) only the cluster says."""
+    choices: dict[str, str] = settings.addons.model_dump(by_alias=True)
+    unknowable = [k for k in ("envoyGateway", "prometheus") if choices[k] == "existing"]
+    if unknowable:
+        raise ConfigError(
+            [
+                f"{PROJECT}:addons.{k}: existing; what the stack's objects need of it is read from the "
+                "cluster at preview, so it cannot be rendered offline"
+                for k in unknowable
+            ]
+        )
+    return AddonPlan(install=frozenset(k for k, c in choices.items() if c != "existing"))
 
 
 def tolerates_gpu_taint(tolerations: Iterable[Mapping[str, Any]]) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config import Settings
-from planning.addons import EVERYTHING, AddonPlan
+from config import Settings, versions
+from planning.addons import EVERYTHING, AddonPlan, as_chosen
 from planning.existing_cluster import ExistingPlan
 
 
@@ -28,6 +28,17 @@ def own_cluster(settings: Settings) -> ClusterContext:
     """The cluster and VPC the stack creates."""
     return ClusterContext(
         vpc_cidrs=(str(settings.network.vpc_cidr),), kubernetes_version=settings.cluster.kubernetes_version
+    )
+
+
+def offline_existing(settings: Settings, vpc_cidrs: tuple[str, ...]) -> ClusterContext:
+    """A team's cluster without reading it (`ops render --vpc-cidr`): the ranges given, the add-ons as
+    the stack file chooses them (`auto` installs), the load balancer's subnets by the controller's tags."""
+    return ClusterContext(
+        vpc_cidrs=vpc_cidrs,
+        kubernetes_version=versions.SUPPORTED_KUBERNETES[1],
+        addons=as_chosen(settings),
+        existing=True,
     )
 
 

@@ -228,6 +228,8 @@ def _gpu_subnet(
         if reason:
             problems.append(f"{key}: {reason}")
             return None
+        if not subnet.in_cluster:
+            warnings.append(_outside(subnet, cluster))
         return subnet
     recorded = by_id.get(record.gpu_subnet) if record and record.gpu_subnet else None
     if record and record.gpu_subnet and recorded is None:
@@ -259,8 +261,12 @@ def _gpu_subnet(
         return None
     chosen = sorted(candidates, key=lambda s: (not s.in_cluster, s.zone, s.id))[0]
     if not chosen.in_cluster:
-        warnings.append(
-            f"the GPU nodes go to {chosen.id} ({chosen.zone}), a subnet of the VPC outside cluster "
-            f"{cluster.name}'s own: its nodes reach the control plane through the VPC as any node does"
-        )
+        warnings.append(_outside(chosen, cluster))
     return chosen
+
+
+def _outside(subnet: Subnet, cluster: ClusterDescription) -> str:
+    return (
+        f"the GPU nodes go to {subnet.id} ({subnet.zone}), a subnet of the VPC outside cluster "
+        f"{cluster.name}'s own: its nodes reach the control plane through the VPC as any node does"
+    )

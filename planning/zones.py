@@ -27,6 +27,7 @@ TAG_CREATOR = f"{PROJECT}/cluster-creator"
 TAG_SECRETS_KEY = f"{PROJECT}/secrets-key"
 TAG_VOLUME_KEY = f"{PROJECT}/volume-key"
 TAG_GPU_SUBNET = f"{PROJECT}/gpu-subnet"
+TAG_INSTALLED = f"{PROJECT}/installed"
 
 ZONE_SLOTS = 7
 """Zones a..g get a private block each; the eighth block holds the public subnets."""
@@ -48,6 +49,9 @@ class StackRecord:
     gpu_subnet: str | None = None
     """On an existing cluster: the subnet of the team's VPC the GPU nodes went to
     (planning/existing_cluster.py)."""
+    installed: tuple[str, ...] = ()
+    """On an existing cluster: the add-ons (`addons` keys) the stack installed there, so a later preview
+    does not take them for the team's (planning/addons.py)."""
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
@@ -61,6 +65,7 @@ class StackRecord:
             secrets_key=tags.get(TAG_SECRETS_KEY) or None,
             volume_key=tags.get(TAG_VOLUME_KEY) or None,
             gpu_subnet=tags.get(TAG_GPU_SUBNET) or None,
+            installed=tuple(tags.get(TAG_INSTALLED, "").split()),
         )
 
     def tags(self, stack_id: str) -> dict[str, str]:
@@ -71,6 +76,7 @@ class StackRecord:
             (TAG_SECRETS_KEY, self.secrets_key),
             (TAG_VOLUME_KEY, self.volume_key),
             (TAG_GPU_SUBNET, self.gpu_subnet),
+            (TAG_INSTALLED, " ".join(self.installed)),
         ):
             if value:
                 tags[key] = value

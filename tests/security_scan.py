@@ -25,7 +25,7 @@ import yaml
 from config import load_settings
 from ops.render import manifests
 from ops.stack import load_stack_config
-from planning import plan_stack
+from tests.fakes.pulumi import plan_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKOV_VERSION = "3.3.30"
@@ -120,7 +120,7 @@ def ray_pods(rayservice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def scan_input(stack: str) -> list[dict[str, Any]]:
     settings = load_settings(load_stack_config(ROOT, stack))
-    objects = manifests(settings, plan_stack(settings, stack=stack))
+    objects = manifests(settings, plan_of(stack))
     extra = [pod for o in objects if o["kind"] == "RayService" for pod in ray_pods(o)]
     return objects + extra
 

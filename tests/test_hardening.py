@@ -9,7 +9,16 @@ import json
 import pytest
 
 from config import ConfigError
-from tests.fakes.pulumi import STACKS, Secret, StackRun, minimal_config, run_stack, stack_settings
+from tests.fakes.pulumi import (
+    EXISTING_CLUSTER_STACKS,
+    STACKS,
+    Secret,
+    StackRun,
+    minimal_config,
+    plan_of,
+    run_stack,
+    stack_settings,
+)
 
 ROLE = "aws:iam/role:Role"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -29,10 +38,12 @@ class TestPodIdentityTrust:
     @pytest.mark.parametrize("stack", STACKS)
     def test_every_role_trusts_only_its_clusters_pods_of_one_service_account(self, stack):
         run = run_stack(stack=stack)
-        cluster = run.one("eks:index:Cluster").inputs["name"]
+        cluster = plan_of(stack).cluster_name  # the stack's own, or the team's it serves on
         region = stack_settings(stack).region
         identities = run.of_type(IDENTITY)
-        assert len(identities) >= 4
+        # the model cache's two, the EBS CSI driver's, and the controllers' the stack installs (on the
+        # mocked team's cluster, not its load balancer controller or Cluster Autoscaler)
+        assert len(identities) >= (2 if stack in EXISTING_CLUSTER_STACKS else 4)
         for identity in identities:
             statement = trust_of(run, identity.name)
             assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jobs.model_copy import HASH_FILE, copy, snapshot_files
-from tests.fakes.pulumi import STACKS, StackRun, run_stack
+from tests.fakes.pulumi import OWN_CLUSTER_STACKS, StackRun, run_stack
 
 JOB = "kubernetes:batch/v1:Job"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -75,7 +75,7 @@ class TestLoading:
         pods = [spec["headGroupSpec"]["template"]["spec"], spec["workerGroupSpecs"][0]["template"]["spec"]]
         assert {p["serviceAccountName"] for p in pods} == {"ray-llm"}
 
-    @pytest.mark.parametrize("stack", STACKS)
+    @pytest.mark.parametrize("stack", OWN_CLUSTER_STACKS)  # a team's route tables are the team's
     def test_an_s3_gateway_endpoint_on_every_private_route_table(self, stack: str):
         run = run_stack(stack=stack)
         endpoint = run.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs

@@ -4,6 +4,7 @@ takes no traffic but the listed paths, each on a port the receiving pods declare
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from manifests.rayservice import build_rayservice, build_serving
 from manifests.serving_network import serving_paths, serving_policies
 from planning import plan_stack
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, run_stack, stack_settings
+from tests.fakes.pulumi import STACKS, StackRun, plan_of, run_stack, stack_settings
 from tests.validators import object_errors
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -29,7 +30,7 @@ settings = stack_settings
 
 def paths_of(s: Any, stack: str = "dev") -> list[Any]:
     """The serving namespace's paths, for the KV path the stack's plan chose."""
-    plan = plan_stack(s, stack=stack)
+    plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
     return serving_paths(s, plan.kv_path, plan.cluster)
 
 
@@ -122,7 +123,7 @@ class TestServingNamespace:
     def test_policies_are_valid_kubernetes_objects(self, stack):
         for variant in ({}, {"endpoint": {"enabled": False}, "observability": {"enabled": False}}):
             s = settings(stack, **variant)
-            plan = plan_stack(s, stack=stack)
+            plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
             for policy in serving_policies(s, plan.kv_path, plan.cluster):
                 assert object_errors(policy) == [], policy["metadata"]["name"]
 
@@ -150,7 +151,8 @@ class TestEveryPathIsOnAPortThePodsDeclare:
     @pytest.mark.parametrize("stack", STACKS)
     def test_paths_against_the_pod_templates(self, stack, variant):
         s = settings(stack, **variant)
-        rayservice = build_rayservice(s, plan_stack(s, stack=stack)).to_dict()
+        plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
+        rayservice = build_rayservice(s, plan).to_dict()
         cluster = rayservice["spec"]["rayClusterConfig"]
         (group,) = cluster["workerGroupSpecs"]
         pods = {

@@ -13,7 +13,8 @@ import yaml
 from ops.cli import main
 from ops.render import KEY_PLACEHOLDER, RAY_TOKEN_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
-from tests.fakes.pulumi import ROOT, STACKS, minimal_config, run_stack
+from tests.fakes.existing import TeamCluster
+from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, ROOT, STACKS, AwsState, minimal_config, run_stack
 
 ENDPOINT_KINDS = (
     "GatewayClass",
@@ -40,9 +41,16 @@ def test_every_stack_file_is_rendered_and_dev_is_among_them():
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
-    code, out, err = render(capsys, "--stack", stack, "--account-id", "123456789012")  # the mocks' account
+    """On a team's cluster, render takes the VPC's ranges and renders `auto` add-ons as installed: the
+    program is run where the team runs none, so it installs them too."""
+    existing = stack in EXISTING_CLUSTER_STACKS
+    team = TeamCluster(deployments=(), prometheuses=(), crds=())
+    ranges = [arg for cidr in team.vpc_cidrs for arg in ("--vpc-cidr", cidr)] if existing else []
+    code, out, err = render(
+        capsys, "--stack", stack, "--account-id", "123456789012", *ranges
+    )  # the mocks' account
 
-    run = run_stack(stack=stack)
+    run = run_stack(stack=stack, aws=AwsState(team=team)) if existing else run_stack(stack=stack)
     kinds = (
         "Namespace",
         "NetworkPolicy",
@@ -90,6 +98,12 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     storage = ("StorageClass", None, "gp3")
     assert documents[storage]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER
     assert program[storage]["parameters"].pop("kmsKeyId").endswith("cluster-volumes")
+    if existing:  # the NLB's subnets: a preview picks them from the VPC; offline, the controller's tags
+        nlb = program[("Service", "envoy-gateway-system", "ray-llm-gateway")]["metadata"]["annotations"]
+        internal = {s.zone: s.id for s in reversed(team.subnets) if not s.public}  # one a zone
+        assert nlb.pop("service.beta.kubernetes.io/aws-load-balancer-subnets") == ",".join(
+            internal[zone] for zone in sorted(internal)
+        )
     assert documents == program
     assert {kind for kind, _, _ in program} == set(kinds)
     # The keys' Secret: the program's clients, with a placeholder where the program holds the keys.

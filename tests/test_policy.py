@@ -20,7 +20,7 @@ from pulumi_policy import (
 )
 
 from policy.rules import POLICIES
-from tests.fakes.pulumi import STACKS, Secret, StackRun, run_stack
+from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, Secret, StackRun, run_stack
 
 POLICY = {p.name: p for p in POLICIES}
 OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
@@ -448,9 +448,14 @@ def test_every_stack_file_passes_every_rule(stack: str):
     resources = as_policy_resources(run)
     for name in POLICY:
         assert violations(name, *resources) == [], name
-    # and the rules saw what they are about: node groups, subnets, the bucket, the Ray pods
+    # and the rules saw what they are about: node groups, subnets (the team's are not resources of the
+    # stack: planning refuses a public one), launch templates, the Ray pods
     types = {r.resource_type for r in resources}
-    assert {"eks:index:ManagedNodeGroup", "aws:ec2/subnet:Subnet", "kubernetes:ray.io/v1:RayService"} <= types
+    if stack in EXISTING_CLUSTER_STACKS:
+        seen = {"aws:eks/nodeGroup:NodeGroup", "aws:ec2/launchTemplate:LaunchTemplate"}
+    else:
+        seen = {"eks:index:ManagedNodeGroup", "aws:ec2/subnet:Subnet"}
+    assert seen | {"kubernetes:ray.io/v1:RayService"} <= types
 
 
 def test_the_program_would_fail_the_pack_with_a_gpu_group_over_two_zones():

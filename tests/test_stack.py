@@ -21,6 +21,7 @@ from tests.fakes.pulumi import (
     Secret,
     StackRun,
     minimal_config,
+    plan_of,
     run_stack,
     stack_file_config,
 )
@@ -164,6 +165,7 @@ class TestDevStackBuildsTheSeedSystem:
             == "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"
         )
         assert exports["openaiBaseUrl"] == "http://127.0.0.1:8000/v1"
+        assert exports["prometheusService"] == "monitoring/kps-prometheus"
         assert json.loads(exports["kubeconfig"])["kind"] == "Config"
         assert "kubeconfig" in dev_stack.secret_exports
         assert dev_stack.secret_exports == {"kubeconfig", "apiKeys", "grafanaAdminPassword"}
@@ -313,7 +315,7 @@ class TestSecureDefaults:
             )
             for r in run_stack(stack=stack).of_type("kubernetes:core/v1:Namespace")
         }
-        assert levels == {
+        expected = {
             # the operators and the proxies run non-root, no capabilities, RuntimeDefault seccomp
             "kuberay-operator": ("restricted", "restricted"),
             "envoy-gateway-system": ("restricted", "restricted"),
@@ -325,6 +327,11 @@ class TestSecureDefaults:
             # both beyond baseline; audit flags anything above baseline
             "inference": ("privileged", "baseline"),
         }
+        # On a team's cluster, namespaces only for what the stack installs (the mocked team runs Prometheus).
+        installed = plan_of(stack).cluster.addons
+        if not installed.installs("prometheus"):
+            del expected["monitoring"]
+        assert levels == expected
 
     def test_bring_your_own_kms_key(self):
         arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"

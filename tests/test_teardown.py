@@ -11,7 +11,7 @@ import pytest
 
 from config import ConfigError
 from tests.fakes import pulumi as fakes
-from tests.fakes.pulumi import STACKS, StackRun, deployed, run_stack
+from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, StackRun, deployed, run_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = "ray-llm-eks:pod_identity:PodIdentity"
@@ -86,7 +86,13 @@ class TestKeysThatMustNotVanish:
     def test_the_stacks_keys_are_retained_never_protected(self, stack):
         run = run_stack(stack=stack)
         keys = run.of_type(KEY)
-        assert {k.name for k in keys} == {"cluster-secrets", "cluster-volumes"}
+        # a team's cluster encrypts its own secrets: the stack's key is its nodes' volumes'
+        owned = (
+            {"cluster-volumes"}
+            if stack in EXISTING_CLUSTER_STACKS
+            else {"cluster-secrets", "cluster-volumes"}
+        )
+        assert {k.name for k in keys} == owned
         assert all(k.retain_on_delete and not k.protect for k in keys)
 
     def test_the_vpc_records_which_keys_the_stack_uses(self, dev_stack):

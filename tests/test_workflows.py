@@ -13,18 +13,23 @@ import yaml
 
 from tests.fakes.pulumi import ROOT, STACKS
 
+EXAMPLE = ".example"
+"""A stack file named `Pulumi.<name>.example.yaml` is an example: tested under the mocks like every stack
+file, deployed nowhere (docs/operations.md, 'Adding an environment')."""
+
 
 def _tracked_stacks() -> list[str]:
-    """The stack files in git: the ones CI deploys. A stack file you have not committed (your own, or
-    one you are trying) is left out here until you commit it; without git, every file counts."""
+    """The stack files in git CI deploys: every committed one but the examples. A stack file you have
+    not committed (your own, or one you are trying) is left out here until you commit it; without git,
+    every file counts."""
     try:
         listed = subprocess.run(
             ["git", "ls-files", "--", "Pulumi.*.yaml"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        return STACKS
+        return [stack for stack in STACKS if not stack.endswith(EXAMPLE)]
     tracked = {name.removeprefix("Pulumi.").removesuffix(".yaml") for name in listed}
-    return [stack for stack in STACKS if stack in tracked]
+    return [stack for stack in STACKS if stack in tracked and not stack.endswith(EXAMPLE)]
 
 
 DELIVERED = _tracked_stacks()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ops.kube import EXEC_TIMEOUT_S, ExecResult, HttpResponse, OpsError
+from ops.kube import EXEC_TIMEOUT_S, ExecResult, HttpResponse, OpsError, ServiceEndpoint, stack_prometheus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ops"
 ACTIVE_CLUSTER = "ray-llm-6mzvd"
@@ -76,6 +76,8 @@ class FakeKubeApi:
     """(apiVersion, plural, namespace, name) -> object, for get_object."""
     prometheus: dict[str, list[dict[str, Any]]] | None = None
     """query -> result vector; None: no Prometheus in the stack."""
+    prometheus_at: ServiceEndpoint = field(default_factory=stack_prometheus)
+    """The Service the Prometheus answers behind; a query asking another finds none."""
     api_key: str | None = None
     """Set: HTTP goes through a gateway that answers 401 unless a request carries this key."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -164,10 +166,12 @@ class FakeKubeApi:
         found = self.objects.get((api_version, plural, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def prometheus_query(self, query: str) -> list[dict[str, Any]] | None:
+    def prometheus_query(
+        self, query: str, prometheus: ServiceEndpoint | None = None
+    ) -> list[dict[str, Any]] | None:
         self.calls.append(("prometheus_query", query))
-        if self.prometheus is None:
-            return None
+        if self.prometheus is None or (prometheus or stack_prometheus()) != self.prometheus_at:
+            return None  # the API server's proxy: no such Service
         return copy.deepcopy(self.prometheus.get(query, []))
 
     def _refused(self, headers: Mapping[str, str] | None) -> bool:

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import source_pb2
+
+from tests.fakes.existing import TeamCluster, description, team_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_FILES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
@@ -159,6 +161,8 @@ class Registration:
     aliases: list[dict[str, Any]]
     custom: bool
     inputs: dict[str, Any]
+    import_id: str = ""
+    """What `import` adopts: a resource the stack would then own, and `destroy` delete."""
 
 
 def _plain(value: Any) -> Any:
@@ -212,6 +216,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     aliases=[json_format.MessageToDict(a) for a in request.aliases],
                     custom=request.custom,
                     inputs=_plain(raw),
+                    import_id=request.importId,
                 )
             )
         request.object.Clear()
@@ -259,10 +264,19 @@ class AwsState:
     """What EC2 says about each instance type (DescribeInstanceTypes)."""
     outputs: dict[str, Any] = field(default_factory=dict)
     """The stack's outputs as its last deployment left them (what a StackReference to itself reads)."""
+    team: TeamCluster | None = field(default_factory=TeamCluster)
+    """A team's cluster in the region (tests/fakes/existing.py), for `cluster.existingClusterName`."""
+    efa_group_tags: dict[str, str] | None = None
+    """An existing-cluster stack's record, on its EFA security group (its tags after an `up`)."""
 
 
-def deployed(run: StackRun) -> AwsState:
-    """The AWS account as `run` would have left it: its VPC with the tags it set, its cluster."""
+def deployed(run: StackRun, before: AwsState | None = None) -> AwsState:
+    """The AWS account as `run` would have left it: its VPC with the tags it set, its cluster; or, on a
+    team's cluster (as `before` had it), its EFA security group with the record it carries."""
+    groups = [r for r in run.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-efa")]
+    if groups:
+        start = before or AwsState()
+        return replace(start, efa_group_tags=dict(groups[0].inputs["tags"]), outputs=dict(run.exports))
     vpc = run.one("aws:ec2/vpc:Vpc").inputs["tags"]
     clusters = [run.one("eks:index:Cluster").inputs["name"]]
     return AwsState(vpc_tags=dict(vpc), clusters=clusters, outputs=dict(run.exports))
@@ -323,11 +337,53 @@ class StackMocks(pulumi_mocks.Mocks):
             # As the provider: `length` characters, new ones whenever a keeper changes.
             seed = f"{args.name}-{json.dumps(args.inputs.get('keepers'), sort_keys=True)}"
             outputs["result"] = hashlib.sha256(seed.encode()).hexdigest()[: int(args.inputs["length"])]
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            outputs.update(latestVersion=1, defaultVersion=1)
         elif args.typ in ARN_OF:
             # ARNs as AWS forms them, so the IAM checks can match them against each action's resources.
             given = args.inputs.get("bucket") or args.inputs.get("name") or args.name
             outputs.update(arn=ARN_OF[args.typ].format(region=self.region, name=given), name=args.name)
         return mock_id(args.typ, args.name), outputs
+
+    def _team_call(self, token: str, given: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+        """EKS and EC2 on a team's cluster (tests/fakes/existing.py); None for any other invoke."""
+        team = self.aws.team
+        missing = ("name", "ResourceNotFoundException: No cluster found")
+        if token == "aws:eks/getCluster:getCluster":
+            if team is None or given["name"] != team.name:
+                return {}, [missing]
+            return team.describe(), []
+        if team is None:
+            return None
+        if token == "aws:ec2/getRouteTables:getRouteTables":
+            ids = list(team.route_tables()) if given.get("vpcId") == team.vpc_id else []
+            return {"id": "route-tables", "ids": ids}, []
+        if token == "aws:ec2/getRouteTable:getRouteTable":
+            return team.route_tables()[given["routeTableId"]], []
+        if token == "aws:ec2/getSubnets:getSubnets":
+            (wanted,) = given["filters"]
+            assert wanted["name"] == "vpc-id"
+            ids = [s.id for s in team.subnets] if team.vpc_id in wanted["values"] else []
+            return {"id": "subnets", "ids": ids}, []
+        if token == "aws:ec2/getSubnet:getSubnet":
+            found = team.subnet(given["id"])
+            return (found, []) if found else ({}, [("id", "InvalidSubnetID.NotFound")])
+        if token == "aws:eks/getAddon:getAddon":
+            found = team.addon(given["addonName"])
+            return (found, []) if found else ({}, [("addonName", "ResourceNotFoundException: No addon")])
+        if token == "aws:eks/getAccessEntry:getAccessEntry":
+            tags = team.access_entries.get(given["principalArn"])
+            if tags is None:
+                return {}, [("principalArn", "ResourceNotFoundException: no access entry")]
+            return {"id": given["principalArn"], "principalArn": given["principalArn"], "tags": tags}, []
+        if token == "aws:ec2/getSecurityGroups:getSecurityGroups":
+            tags = self.aws.efa_group_tags or {}
+            wanted = {f["name"].removeprefix("tag:"): f["values"] for f in given.get("filters") or []}
+            found = bool(tags) and all(tags.get(k) in v for k, v in wanted.items())
+            return {"id": "groups", "ids": ["sg-0ef0ef0ef0ef0ef00"] if found else []}, []
+        if token == "aws:ec2/getSecurityGroup:getSecurityGroup":
+            return {"id": given["id"], "tags": self.aws.efa_group_tags or {}}, []
+        return None
 
     def call(self, args: pulumi_mocks.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
@@ -370,8 +426,14 @@ class StackMocks(pulumi_mocks.Mocks):
             found = ["vpc-deployed"] if tags.get(key) in wanted["values"] else []
             return {"id": args.args["region"], "ids": found}, []
         if args.token == "aws:ec2/getVpc:getVpc":
+            team = self.aws.team
+            if team and args.args["id"] == team.vpc_id:
+                return team.vpc(), []
             assert args.args["id"] == "vpc-deployed"
             return {"id": "vpc-deployed", "tags": self.aws.vpc_tags}, []
+        answer = self._team_call(args.token, dict(args.args))
+        if answer is not None:
+            return answer
         if args.token == "aws:ec2/getInstanceType:getInstanceType":
             name = args.args["instanceType"]
             answer = self.aws.instance_types.get(name) or catalog_answer(name)
@@ -463,6 +525,35 @@ def stack_settings(stack: str = "dev", **sections: dict[str, Any]) -> Any:
     for section, values in sections.items():
         config[f"{PROJECT}:{section}"] = {**config.get(f"{PROJECT}:{section}", {}), **values}
     return load_settings(config)
+
+
+OWN_CLUSTER_STACKS = [
+    s for s in STACKS if not stack_file_config(s).get(f"{PROJECT}:cluster", {}).get("existingClusterName")
+]
+"""The stack files that create their own VPC and cluster."""
+EXISTING_CLUSTER_STACKS = [s for s in STACKS if s not in OWN_CLUSTER_STACKS]
+"""The stack files that serve on a team's cluster (the mocked one of tests/fakes/existing.py)."""
+
+
+def plan_of(stack: str = "dev", team: TeamCluster | None = None, **sections: dict[str, Any]) -> Any:
+    """A stack file's plan as the program makes it at preview: on a team's cluster, with the context
+    the program reads from it (the mocked team's by default)."""
+    from planning import plan_stack
+    from planning.addons import plan_addons
+    from planning.context import existing_cluster
+    from planning.existing_cluster import plan_existing
+
+    settings = stack_settings(stack, **sections)
+    plan = plan_stack(settings, stack=stack)
+    if not settings.cluster.existing_cluster_name:
+        return plan
+    team = team or TeamCluster()
+    offered = DEFAULT_OFFERINGS.get(settings.region, {}).get(settings.gpu_nodes.instance_type) or [
+        f"{settings.region}{z}" for z in "abc"
+    ]
+    existing = plan_existing(settings, description(team), offered, None)
+    addons = plan_addons(settings, team_inventory(team))
+    return replace(plan, context=existing_cluster(settings, existing, addons))
 
 
 def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
@@ -563,6 +654,11 @@ def run_stack(
     if _PROGRAM is None:
         _PROGRAM = _load_program()
     stack_program = _PROGRAM
+    # The program reads a team's cluster's workloads from its Kubernetes API: here, the fake team's.
+    team = (aws or AwsState()).team
+    stack_program.cluster_inventory = lambda cluster, region: (  # pyright: ignore[reportAttributeAccessIssue]
+        team_inventory(team) if team else "no such cluster"
+    )
     run = LAST_RUN = StackRun(
         registrations=monitor.registrations,
         calls=mocks.calls,

@@ -1,0 +1,569 @@
+"""Serving on an EKS cluster a team already runs (issue 30): the program reads the cluster and builds no
+VPC, NAT or cluster; its GPU node group joins in a private subnet of the read VPC that offers the GPU
+type, with EFA, a placement group and an EFA security group of its own; every add-on is installed only
+where the cluster lacks it; nothing of the team's can be changed or deleted by the stack; and whatever
+cannot work is refused at preview, naming the key and what to do.
+
+The team's cluster is tests/fakes/existing.py's (a mocked EKS, EC2 and Kubernetes API), which
+Pulumi.byo.example.yaml names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from config import ConfigError
+from tests.fakes import pulumi as fakes
+from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TeamCluster, _workload
+from tests.fakes.pulumi import (
+    EXISTING_CLUSTER_STACKS,
+    AwsState,
+    StackRun,
+    deployed,
+    run_stack,
+    stack_file_config,
+)
+
+STACK = "byo.example"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+PRIVATE_A = "subnet-0aa0000000000000a"
+
+THE_TEAMS = {
+    # What the team's cluster is made of: the stack may read these, never register one.
+    "aws:ec2/vpc:Vpc",
+    "aws:ec2/subnet:Subnet",
+    "aws:ec2/routeTable:RouteTable",
+    "aws:ec2/routeTableAssociation:RouteTableAssociation",
+    "aws:ec2/route:Route",
+    "aws:ec2/natGateway:NatGateway",
+    "aws:ec2/internetGateway:InternetGateway",
+    "aws:ec2/vpcEndpoint:VpcEndpoint",
+    "aws:ec2/securityGroupRule:SecurityGroupRule",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+    "aws:ec2/tag:Tag",
+    "aws:eks/cluster:Cluster",
+    "eks:index:Cluster",
+    "eks:index:ManagedNodeGroup",
+    "awsx:ec2:Vpc",
+}
+
+
+def byo(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> StackRun:
+    return run_stack(stack=STACK, overrides=overrides or None, aws=AwsState(team=team or TeamCluster()))
+
+
+def refused(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as raised:
+        byo(team, **overrides)
+    assert fakes.LAST_RUN is not None and fakes.LAST_RUN.registrations == [], "refused before any resource"
+    return str(raised.value)
+
+
+@pytest.fixture(scope="module")
+def team_run() -> StackRun:
+    return byo()
+
+
+def test_the_example_stack_file_serves_on_the_mocked_team_cluster():
+    assert STACK in EXISTING_CLUSTER_STACKS
+    cluster = stack_file_config(STACK)["ray-llm-eks:cluster"]
+    assert cluster["existingClusterName"] == TEAM_CLUSTER
+
+
+class TestWhatIsBuilt:
+    def test_no_vpc_nat_or_cluster_only_the_stacks_node_groups_and_the_serving_layer(self, team_run):
+        types = {r.type for r in team_run.registrations}
+        assert not types & THE_TEAMS
+        assert {g.name for g in team_run.of_type(NODE_GROUP)} == {"cluster-system", "gpu-nodes"}
+        for kind in ("kubernetes:ray.io/v1:RayService", "kubernetes:gateway.networking.k8s.io/v1:Gateway"):
+            assert team_run.of_type(kind)
+
+    def test_the_gpu_nodes_join_a_private_subnet_of_the_read_vpc_in_a_zone_that_offers_the_type(
+        self, team_run
+    ):
+        gpu = team_run.one(NODE_GROUP, "gpu-nodes").inputs
+        assert gpu["subnetIds"] == [PRIVATE_A]  # private, the cluster's own, us-east-1a offers g6.8xlarge
+        assert gpu["clusterName"] == TEAM_CLUSTER and gpu["version"] == "1.34"
+        assert gpu["amiType"] == "AL2023_x86_64_NVIDIA"
+        assert gpu["labels"]["role"] == "gpu-worker"
+        assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        assert gpu["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+        assert team_run.exports["gpuAvailabilityZone"] == "us-east-1a"
+        system = team_run.one(NODE_GROUP, "cluster-system").inputs
+        assert system["subnetIds"] == [
+            "subnet-0aa0000000000000a",
+            "subnet-0bb0000000000000b",
+            "subnet-0cc0000000000000c",
+        ]
+        assert system["labels"] == {"role": "system"} and system["amiType"] == "AL2023_x86_64_STANDARD"
+
+    def test_efa_as_pulumi_eks_builds_it_with_a_security_group_that_allows_all_to_and_from_itself(
+        self, team_run
+    ):
+        template = team_run.one(TEMPLATE, "gpu-nodes-template").inputs
+        (interface,) = template["networkInterfaces"]  # g6.8xlarge: one network card
+        assert interface["interfaceType"] == "efa" and interface["deviceIndex"] == 0
+        efa_group = team_run.one("aws:ec2/securityGroup:SecurityGroup", "gpu-efa")
+        assert interface["securityGroups"] == [CLUSTER_SG, team_run.id_of(efa_group)]
+        rules = efa_group.inputs
+        assert rules["vpcId"] == TEAM_VPC
+        for direction in ("ingress", "egress"):
+            assert rules[direction] == [{"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True}]
+        placement = team_run.one("aws:ec2/placementGroup:PlacementGroup", "gpu-placement")
+        assert placement.inputs["strategy"] == "cluster"
+        depends = team_run.one(TEMPLATE, "gpu-nodes-template").property_dependencies["placement"]
+        assert placement.urn in depends  # its name is AWS's (auto-named), so known only then
+
+    def test_a_p5_gets_one_efa_interface_per_network_card(self):
+        run = byo(
+            gpuNodes={"instanceType": "p5.48xlarge"},
+            model={"tensorParallelSize": 8},
+            addons={"prometheus": "auto"},
+        )
+        interfaces = run.one(TEMPLATE, "gpu-nodes-template").inputs["networkInterfaces"]
+        assert len(interfaces) == 32  # EC2's maximumNetworkCards for p5.48xlarge
+        assert [i["interfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * 31
+        assert {i["networkCardIndex"] for i in interfaces} == set(range(32))
+        assert {i["deviceIndex"] for i in interfaces[1:]} == {1}
+
+    def test_every_node_boots_hardened_as_on_the_stacks_own_cluster(self, team_run):
+        key = team_run.id_of(team_run.one("aws:kms/key:Key", "cluster-volumes"))
+        for template in team_run.of_type(TEMPLATE):
+            (device,) = template.inputs["blockDeviceMappings"]
+            ebs = device["ebs"]
+            assert (ebs["encrypted"], ebs["volumeType"], device["deviceName"]) == ("true", "gp3", "/dev/xvda")
+            assert ebs["kmsKeyId"].endswith("cluster-volumes") or ebs["kmsKeyId"] == key
+            assert template.inputs["metadataOptions"]["httpTokens"] == "required"
+            assert template.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
+
+    def test_the_kubernetes_provider_is_built_from_what_was_read(self, team_run):
+        (provider,) = team_run.of_type("pulumi:providers:kubernetes")
+        kubeconfig = json.loads(provider.inputs["kubeconfig"].value)
+        (cluster,) = kubeconfig["clusters"]
+        assert cluster["cluster"]["server"].startswith("https://PLATFORM-PROD")
+        assert kubeconfig["users"][0]["user"]["exec"]["args"][-1] == TEAM_CLUSTER
+        k8s = [r for r in team_run.registrations if r.type.startswith("kubernetes:") and r.custom]
+        assert k8s and all(r.provider.startswith(provider.urn) for r in k8s)
+
+    def test_the_preview_says_what_it_read_and_decided(self, team_run):
+        infos = "\n".join(team_run.infos)
+        assert f"existing cluster {TEAM_CLUSTER}: Kubernetes 1.34, VPC {TEAM_VPC}" in infos
+        assert "addons.loadBalancerController: auto: the cluster's own AWS Load Balancer Controller" in infos
+        assert (
+            "addons.kuberay: auto: the stack installs the KubeRay operator (the cluster runs none)" in infos
+        )
+
+    def test_the_cost_leaves_out_the_teams_control_plane_and_nat(self, team_run):
+        (cost,) = [m for m in team_run.infos if m.startswith("hourly on-demand cost")]
+        assert "EKS control plane" not in cost and "NAT" not in cost and "GPU nodes" in cost
+
+
+class TestAddons:
+    def test_the_teams_add_ons_are_used_and_the_rest_installed(self, team_run):
+        releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in team_run.of_type(RELEASE)}
+        assert releases == {
+            "nvidia-device-plugin",
+            "aws-efa-k8s-device-plugin",
+            "kuberay-operator",
+            "gateway-helm",
+            "dcgm-exporter",
+        }
+        names = {r.type for r in team_run.registrations}
+        assert "ray-llm-eks:load_balancer_controller:LoadBalancerController" not in names
+        assert "ray-llm-eks:cluster_autoscaler:ClusterAutoscaler" not in names
+
+    def test_with_the_teams_prometheus_only_monitors_rules_and_dashboards_labelled_for_it(self, team_run):
+        labels = {"release": "kube-prometheus-stack"}  # what its selectors match
+        monitors = [
+            r
+            for r in team_run.registrations
+            if r.type.startswith("kubernetes:monitoring.coreos.com/v1:")
+            and r.name.startswith("observability-")
+        ]
+        kinds = {r.type.rsplit(":", 1)[-1] for r in monitors}
+        assert kinds == {"PodMonitor", "PrometheusRule", "ServiceMonitor"}  # the stack's KubeRay operator
+        for monitor in monitors:
+            assert monitor.inputs["metadata"]["namespace"] == "monitoring"
+            assert monitor.inputs["metadata"]["labels"] == labels
+        pod_monitor = next(m for m in monitors if m.type.endswith("PodMonitor"))
+        assert pod_monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["inference"]}
+        service_monitor = next(m for m in monitors if m.type.endswith("ServiceMonitor"))
+        assert service_monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["kuberay-operator"]}
+        dashboards = [r for r in team_run.of_type("kubernetes:core/v1:ConfigMap") if "dashboard" in r.name]
+        assert dashboards and {d.inputs["metadata"]["namespace"] for d in dashboards} == {"monitoring"}
+        assert not [r for r in team_run.of_type(NAMESPACE) if r.inputs["metadata"]["name"] == "monitoring"]
+        assert "grafanaAdminPassword" not in team_run.exports
+        assert team_run.exports["prometheusService"] == "monitoring/prometheus-operated"  # what ops asks
+
+    def test_the_teams_prometheus_may_scrape_the_ray_pods(self, team_run):
+        workers = next(
+            r
+            for r in team_run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+            if r.name.endswith("ray-workers-ingress")
+        )
+        peers = [p for rule in workers.inputs["spec"]["ingress"] for p in rule["from"]]
+        assert {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "prometheus",
+                    "operator.prometheus.io/name": "kube-prometheus-stack-prometheus",
+                }
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        } in peers
+
+    def test_the_nlb_is_named_its_subnets_and_admits_every_range_of_the_vpc(self, team_run):
+        service = team_run.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs
+        annotations = service["metadata"]["annotations"]
+        assert annotations["service.beta.kubernetes.io/aws-load-balancer-subnets"] == (
+            "subnet-0aa0000000000000a,subnet-0bb0000000000000b,subnet-0cc0000000000000c,subnet-0dd0000000000000d"
+        )
+        assert service["spec"]["loadBalancerSourceRanges"] == ["10.20.0.0/16", "100.64.0.0/16"]
+        certificate = "arn:aws:acm:us-east-1:123456789012:certificate/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
+        internet = byo(
+            endpoint={
+                "scheme": "internet-facing",
+                "sourceRanges": ["203.0.113.0/24"],
+                "certificateArn": certificate,
+                "hostname": "llm.example.com",
+            }
+        )
+        public = internet.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs["metadata"]
+        assert public["annotations"]["service.beta.kubernetes.io/aws-load-balancer-subnets"] == (
+            "subnet-0ea0000000000000a,subnet-0eb0000000000000b,subnet-0ec0000000000000c"
+        )
+
+    def test_with_the_teams_envoy_gateway_its_class_and_namespace(self):
+        team = replace(
+            TeamCluster(),
+            deployments=(
+                *TeamCluster().deployments,
+                _workload(
+                    "Deployment", "gateways", "envoy-gateway", "gateway-helm", "envoyproxy/gateway:v1.8.2"
+                ),
+            ),
+            crds=(*TeamCluster().crds, "gatewayclasses.gateway.networking.k8s.io"),
+            gateway_classes=(
+                {
+                    "metadata": {"name": "eg"},
+                    "spec": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
+                    "status": {"conditions": [{"type": "Accepted", "status": "True"}]},
+                },
+            ),
+        )
+        run = byo(team)
+        assert not run.of_type("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
+        assert (
+            run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway").inputs["spec"]["gatewayClassName"]
+            == "eg"
+        )
+        service = run.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs
+        assert service["metadata"]["namespace"] == "gateways"  # where Envoy Gateway runs the proxies
+        assert run.exports["loadBalancerService"] == "gateways/ray-llm-gateway"
+        names = {r.inputs["metadata"]["name"] for r in run.of_type(NAMESPACE)}
+        assert "envoy-gateway-system" not in names and "gateways" not in names
+        assert "gateway-helm" not in {r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)}
+
+    def test_what_the_stack_installed_stays_the_stacks_on_the_next_up(self, team_run):
+        record = team_run.one("aws:ec2/securityGroup:SecurityGroup", "gpu-efa").inputs["tags"]
+        assert record["ray-llm-eks/installed"].split() == sorted(
+            ["dcgmExporter", "efaDevicePlugin", "envoyGateway", "kuberay", "nvidiaDevicePlugin"]
+        )
+        assert record["ray-llm-eks/gpu-subnet"] == PRIVATE_A
+        # Next preview: the cluster now runs the stack's own KubeRay operator, which is not the team's.
+        ours = _workload(
+            "Deployment",
+            "kuberay-operator",
+            "kuberay-operator",
+            "kuberay-operator",
+            "quay.io/kuberay/operator:v1.7.0",
+        )
+        team = replace(TeamCluster(), deployments=(*TeamCluster().deployments, ours))
+        after = deployed(team_run, AwsState(team=team))
+        again = run_stack(stack=STACK, aws=after)
+        assert "kuberay-operator" in {r.inputs["chart"].rsplit("/", 1)[-1] for r in again.of_type(RELEASE)}
+        assert any("the stack's own KubeRay operator (installed by an earlier up)" in m for m in again.infos)
+
+    def test_the_gpu_subnet_stays_whatever_subnets_the_team_adds(self, team_run):
+        from tests.fakes.existing import DEFAULT_SUBNETS, Subnet
+
+        earlier = Subnet(
+            "subnet-0000000000000000a", "us-east-1a", "10.20.128.0/19", public=False, in_cluster=True
+        )
+        team = replace(TeamCluster(), subnets=(earlier, *DEFAULT_SUBNETS))
+        assert byo(team).one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == [
+            earlier.id
+        ]  # a new stack: first
+        after = deployed(team_run, AwsState(team=team))
+        kept = run_stack(stack=STACK, aws=after)
+        assert kept.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == [PRIVATE_A]
+
+
+class TestNothingOfTheTeamsCanBeChangedOrDeleted:
+    """`pulumi destroy` deletes what the stack registered: nothing registered may be the team's."""
+
+    def test_the_stack_registers_and_imports_none_of_the_teams_resources(self, team_run):
+        assert not {r.type for r in team_run.registrations} & THE_TEAMS
+        assert [r.name for r in team_run.registrations if r.import_id] == []
+
+    def test_every_node_group_is_the_stacks_own(self, team_run):
+        for group in team_run.of_type(NODE_GROUP):
+            template = team_run.one(TEMPLATE, f"{group.name}-template")
+            assert team_run.id_of(template) == group.inputs["launchTemplate"]["id"]
+            assert group.inputs["nodeRoleArn"].endswith("cluster-node")
+
+    def test_an_add_on_the_stack_adds_survives_its_removal(self):
+        team = TeamCluster(
+            addons={k: v for k, v in TeamCluster().addons.items() if k != "eks-pod-identity-agent"}
+        )
+        run = byo(team)
+        addon = run.one("aws:eks/addon:Addon", "cluster-pod-identity").inputs
+        assert (addon["addonName"], addon["preserve"]) == ("eks-pod-identity-agent", True)
+        assert addon["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
+
+    def test_no_namespace_of_the_teams_is_created_or_deleted(self, team_run):
+        created = {r.inputs["metadata"]["name"] for r in team_run.of_type(NAMESPACE)}
+        team_namespaces = {"kube-system", "monitoring", "default"}
+        assert created and not created & team_namespaces
+
+    def test_no_helm_release_replaces_one_of_the_teams(self, team_run):
+        """The team's releases in kube-system and monitoring keep their names: none of the stack's
+        releases has a name and namespace of theirs."""
+        theirs = {
+            (d["metadata"]["namespace"], d["metadata"]["annotations"]["meta.helm.sh/release-name"])
+            for d in TeamCluster().deployments
+            if d["metadata"].get("annotations")
+        }
+        ours = {(r.inputs["namespace"], r.inputs["name"]) for r in team_run.of_type(RELEASE)}
+        assert ours and not ours & theirs
+
+    def test_a_listed_principal_with_the_teams_entry_keeps_it(self):
+        admin = "arn:aws:iam::123456789012:role/platform-admins"
+        viewer = "arn:aws:iam::123456789012:role/ci-preview"
+        team = TeamCluster(access_entries={admin: {"owner": "platform"}})
+        run = byo(
+            team,
+            cluster={
+                "existingClusterName": TEAM_CLUSTER,
+                "adminPrincipalArns": [admin],
+                "viewerPrincipalArns": [viewer],
+            },
+        )
+        entries = run.of_type("aws:eks/accessEntry:AccessEntry")
+        assert [e.inputs["principalArn"] for e in entries] == [viewer]
+        assert entries[0].inputs["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
+        assert any(f"{admin} has an access entry on the cluster already" in m for m in run.infos)
+
+
+class TestRefusedAtPreview:
+    def test_a_cluster_that_does_not_exist(self):
+        said = refused(cluster={"existingClusterName": "nope"})
+        assert "ray-llm-eks:cluster.existingClusterName: EKS in us-east-1 has no cluster 'nope'" in said
+
+    def test_a_kubernetes_version_the_charts_do_not_support(self):
+        said = refused(replace(TeamCluster(), version="1.31"))
+        assert "runs Kubernetes 1.31: the stack's pinned charts and controllers support 1.33 to 1.35" in said
+
+    def test_authentication_without_access_entries(self):
+        said = refused(replace(TeamCluster(), authentication_mode="CONFIG_MAP"))
+        assert "authenticationMode=API_AND_CONFIG_MAP" in said
+
+    def test_no_pod_identity_agent_says_both_ways_to_add_it(self):
+        team = TeamCluster(
+            addons={k: v for k, v in TeamCluster().addons.items() if k != "eks-pod-identity-agent"}
+        )
+        said = refused(team, cluster={"existingClusterName": TEAM_CLUSTER, "installPodIdentityAgent": False})
+        assert "cluster.installPodIdentityAgent: true" in said
+        assert "aws eks create-addon --cluster-name platform-prod --addon-name eks-pod-identity-agent" in said
+
+    def test_no_private_subnet_in_a_zone_that_offers_the_gpu_type(self):
+        from tests.fakes.existing import DEFAULT_SUBNETS
+
+        public_only_where_offered = tuple(s for s in DEFAULT_SUBNETS if s.public or s.zone == "us-east-1d")
+        said = refused(
+            replace(TeamCluster(), subnets=public_only_where_offered),
+            gpuNodes={"availabilityZone": "us-east-1a"},
+        )
+        assert "has no private subnet in ray-llm-eks:gpuNodes.availabilityZone us-east-1a" in said
+
+    @pytest.mark.parametrize(
+        ("subnet", "says"),
+        [
+            ("subnet-0ea0000000000000a", "is public"),
+            ("subnet-0123456789abcdef0", f"is not a subnet of VPC {TEAM_VPC}"),
+        ],
+    )
+    def test_a_given_gpu_subnet_that_cannot_work(self, subnet, says):
+        said = refused(gpuNodes={"subnetId": subnet})
+        assert "ray-llm-eks:gpuNodes.subnetId" in said and says in said
+
+    def test_a_given_gpu_subnet_is_used(self):
+        run = byo(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
+        assert run.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == ["subnet-0dd0000000000000d"]
+        assert any("outside cluster platform-prod's own" in w for w in run.warnings)
+
+    def test_installing_what_the_team_runs_already(self):
+        said = refused(addons={"loadBalancerController": "install"})
+        assert "ray-llm-eks:addons.loadBalancerController: install, but the cluster runs" in said
+        assert "Deployment kube-system/aws-load-balancer-controller" in said
+
+    def test_using_what_the_team_does_not_run(self):
+        said = refused(addons={"kuberay": "existing"})
+        assert "ray-llm-eks:addons.kuberay: existing, but the cluster runs no KubeRay operator" in said
+
+    def test_a_teams_device_plugin_that_would_never_run_on_the_gpu_nodes(self):
+        plugin = _workload(
+            "DaemonSet", "kube-system", "efa-plugin", "aws-efa-k8s-device-plugin", "efa:v0.5.6"
+        )
+        said = refused(replace(TeamCluster(), daemonsets=(plugin,)))
+        assert (
+            "addons.efaDevicePlugin: the cluster's EFA device plugin (DaemonSet kube-system/efa-plugin)"
+            in said
+        )
+        assert "does not tolerate the GPU nodes' taint nvidia.com/gpu=true:NoSchedule" in said
+        tolerating = _workload(
+            "DaemonSet",
+            "kube-system",
+            "efa-plugin",
+            "aws-efa-k8s-device-plugin",
+            "efa:v0.5.6",
+            tolerations=[{"operator": "Exists"}],
+        )
+        run = byo(replace(TeamCluster(), daemonsets=(tolerating,)))
+        assert "aws-efa-k8s-device-plugin" not in {
+            r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)
+        }
+
+    def test_a_kuberay_older_than_the_stacks(self):
+        old = _workload(
+            "Deployment",
+            "ray-system",
+            "kuberay-operator",
+            "kuberay-operator",
+            "quay.io/kuberay/operator:v1.4.2",
+        )
+        said = refused(replace(TeamCluster(), deployments=(*TeamCluster().deployments, old)))
+        assert "KubeRay operator (Deployment ray-system/kuberay-operator) is 1.4.2" in said
+
+    def test_an_unreadable_cluster_leaves_auto_undecided(self):
+        said = refused(replace(TeamCluster(), readable=False))
+        assert "ray-llm-eks:addons.kuberay: auto, but the cluster's workloads could not be read" in said
+        explicit = {
+            k: "install"
+            for k in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "envoyGateway", "dcgmExporter")
+        }
+        explicit |= {
+            "loadBalancerController": "existing",
+            "prometheus": "install",
+            "clusterAutoscaler": "existing",
+        }
+        run = byo(replace(TeamCluster(), readable=False), addons=explicit)
+        assert any("existing, unchecked" in w for w in run.warnings)
+
+    def test_network_keys_describe_a_vpc_the_stack_does_not_make(self):
+        said = refused(network={"vpcCidr": "10.1.0.0/16"})
+        assert "ray-llm-eks:network.vpcCidr: the stack creates no VPC" in said
+
+
+class TestTheTeamsSettings:
+    def test_the_vpc_cni_without_a_role_of_its_own_gets_its_policy_on_the_stacks_node_role(self):
+        addons = {
+            **TeamCluster().addons,
+            "vpc-cni": {"configurationValues": json.dumps({"enableNetworkPolicy": "true"})},
+        }
+        run = byo(TeamCluster(addons=addons))
+        policies = {
+            r.inputs["policyArn"].rsplit("/", 1)[-1]
+            for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+            if r.name.startswith("cluster-node-")
+        }
+        assert "AmazonEKS_CNI_Policy" in policies
+
+    def test_network_policies_not_enforced_is_said(self):
+        addons = {
+            **TeamCluster().addons,
+            "vpc-cni": {"serviceAccountRoleArn": "arn:aws:iam::123456789012:role/cni"},
+        }
+        run = byo(TeamCluster(addons=addons))
+        assert any("NetworkPolicies" in w and "not enforced" in w for w in run.warnings)
+
+
+class TestOffline:
+    def test_ops_render_needs_the_vpcs_ranges_and_renders_with_them(self, capsys):
+        from ops.cli import main
+
+        assert main(["render", "--stack", STACK]) == 2
+        assert "--vpc-cidr" in capsys.readouterr().err
+        assert main(["render", "--stack", STACK, "--vpc-cidr", "10.20.0.0/16"]) == 0
+        out = capsys.readouterr().out
+        assert "kind: RayService" in out and "cidr: 10.20.0.0/16" in out
+
+    def test_ops_plan_runs_it_under_the_mocks(self, capsys):
+        from ops.cli import main
+
+        assert main(["plan", "--stack", STACK]) == 0
+        out = capsys.readouterr().out
+        assert "existing cluster platform-prod" in out
+
+    def test_ops_finds_the_nlb_service_where_the_stack_says(self):
+        """With the team's Envoy Gateway the NLB Service is in its namespace, which the stack's
+        `loadBalancerService` output names; a stack that has not run `up` has no such output, and ops
+        says so rather than looking in the wrong namespace."""
+        import argparse
+
+        from ops.cli import _gateway_namespace
+        from ops.kube import OpsError
+        from tests.fakes.pulumi import ROOT, stack_settings
+        from tests.test_ops_gateway import pulumi_outputs
+
+        args = argparse.Namespace(stack=STACK, root=ROOT)
+        settings = stack_settings(STACK)
+        found = pulumi_outputs(loadBalancerService="gateways/ray-llm-gateway")
+        assert _gateway_namespace(args, settings, found) == "gateways"
+        with pytest.raises(OpsError, match="loadBalancerService"):
+            _gateway_namespace(args, settings, pulumi_outputs())
+        dev = argparse.Namespace(stack="dev", root=ROOT)
+        assert _gateway_namespace(dev, stack_settings("dev"), pulumi_outputs()) == "envoy-gateway-system"
+
+    def test_ops_status_and_dashboards_ask_the_teams_prometheus(self, capsys):
+        """Where the stack uses the team's Prometheus, `ops status` queries it (through the
+        `prometheus-operated` Service its operator makes, named by the `prometheusService` output) and
+        `ops dashboards` forwards it, and no Grafana: the team's is theirs to reach."""
+        from ops.cli import main
+        from ops.kube import ServiceEndpoint
+        from tests.fakes.kube import connect_with, healthy_cluster
+        from tests.fakes.pulumi import ROOT
+        from tests.test_ops_gateway import KUBECONFIG, pulumi_outputs
+        from tests.test_ops_observability import FakeProcess, no_wait, prometheus_answers
+
+        placed = {
+            "loadBalancerService": "gateways/ray-llm-gateway",
+            "prometheusService": "monitoring/prometheus-operated",
+        }
+        run = pulumi_outputs(kubeconfig=KUBECONFIG, **placed)
+        cluster = healthy_cluster()
+        cluster.prometheus = prometheus_answers()
+        cluster.prometheus_at = ServiceEndpoint("monitoring", "prometheus-operated", 9090)
+        argv = ["--stack", STACK, "--root", str(ROOT)]
+        assert main(["status", *argv], connect=connect_with(cluster, []), run=run) == 0
+        assert "Serving metrics (Prometheus, last 5 minutes)" in capsys.readouterr().out
+
+        started: list[FakeProcess] = []
+
+        def popen(command):
+            started.append(FakeProcess(list(command), exits_after=1))
+            return started[-1]
+
+        main(["dashboards", *argv], run=run, popen=popen, sleep=no_wait)
+        out = capsys.readouterr().out
+        forwarded = {(p.command[p.command.index("--namespace") + 1], p.command[-2]) for p in started}
+        assert forwarded == {("monitoring", "svc/prometheus-operated"), ("inference", "svc/ray-llm-head-svc")}
+        assert "grafana_dashboard=1 in monitoring" in out
