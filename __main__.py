@@ -65,7 +65,7 @@ from manifests.rayservice import build_serving
 from manifests.serving_network import serving_policies
 from planning import Plan, plan_stack
 from planning.access import AccessPlan, partition_of, plan_access
-from planning.addons import Inventory, inventory_from_api, plan_addons
+from planning.addons import ENVOY_GATEWAY_CONFIG, Inventory, inventory_from_api, plan_addons
 from planning.catalog import Ec2InstanceType
 from planning.context import ClusterContext
 from planning.context import existing_cluster as existing_context
@@ -266,8 +266,9 @@ def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
 
 def cluster_inventory(cluster: ClusterDescription, region: str) -> Inventory | str:
     """What runs in a team's cluster, from its Kubernetes API (CRDs by name, Deployments, DaemonSets,
-    prometheus-operator's Prometheus objects, GatewayClasses), with the token `aws eks get-token` gives
-    whoever runs Pulumi; why not, as a string, when it cannot be read (no AWS CLI, no access entry)."""
+    prometheus-operator's Prometheus objects, GatewayClasses, Envoy Gateway's configuration, the
+    namespaces' labels), with the token `aws eks get-token` gives whoever runs Pulumi; why not, as a
+    string, when it cannot be read (no AWS CLI, no access entry)."""
     import base64
     import subprocess
     import tempfile
@@ -304,13 +305,16 @@ def cluster_inventory(cluster: ClusterDescription, region: str) -> Inventory | s
         api = client.ApiClient(configuration)
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
 
-        def listing(path: str, metadata_only: bool = False) -> dict[str, Any]:
+        def listing(
+            path: str, metadata_only: bool = False, query: list[tuple[str, str]] | None = None
+        ) -> dict[str, Any]:
             accept = (
                 "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1" if metadata_only else None
             )
             response = api.call_api(
                 path,
                 "GET",
+                query_params=query or [],
                 header_params={**headers, **({"Accept": accept} if accept else {})},
                 auth_settings=[],
                 _preload_content=False,
@@ -332,6 +336,11 @@ def cluster_inventory(cluster: ClusterDescription, region: str) -> Inventory | s
                 listing("/apis/gateway.networking.k8s.io/v1/gatewayclasses")
                 if "gatewayclasses.gateway.networking.k8s.io" in names
                 else None,
+                listing(
+                    "/api/v1/configmaps",
+                    query=[("fieldSelector", f"metadata.name={ENVOY_GATEWAY_CONFIG[0]}")],
+                ),
+                listing("/api/v1/namespaces", metadata_only=True),
             )
         except Exception as error:  # the client's ApiException, urllib3's and TLS errors alike
             status = getattr(error, "status", None)

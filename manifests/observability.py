@@ -356,7 +356,8 @@ def monitor_metadata(
     name: str, namespace_: str, context: ClusterContext, rule: bool = False
 ) -> dict[str, Any]:
     """A monitor's or rule's metadata: in `namespace_`, or where an existing Prometheus looks (its own
-    namespace: one it selects whatever its namespace selectors), labelled as its selectors ask."""
+    namespace, which planning/addons.py checks its namespace selectors take in), labelled as its
+    selectors ask."""
     existing = context.addons.prometheus
     if existing is None:
         return {"name": name, "namespace": namespace_}

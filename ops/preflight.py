@@ -3,7 +3,8 @@ before anything is built (`make up` runs it first).
 
 Checked: the Pulumi CLI; the AWS CLI, version 2 (the kubeconfig's `aws eks get-token` and
 EKS Pod Identity need it); credentials, and the account and identity they belong to; the stack's
-region; and the EC2 On-Demand vCPU quotas there against what the stack may run at most (maxSize of
+region; on an existing cluster (`cluster.existingClusterName`), that the cluster is there and
+ACTIVE; and the EC2 On-Demand vCPU quotas there against what the stack may run at most (maxSize of
 each node group). Every problem is reported, each on one line with what to do; exit 2 when any is
 found, 0 when none.
 
@@ -113,6 +114,8 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
         return findings
     names = [z["ZoneName"] for z in json.loads(zones.stdout).get("AvailabilityZones", [])]
     findings.append(Finding(True, f"region {region}", f"{len(names)} zones"))
+    if settings.cluster.existing_cluster_name:
+        findings.append(_existing_cluster(run, settings.cluster.existing_cluster_name, region))
     for (code, name), needed in sorted(vcpus_needed(settings).items()):
         answer = _run(
             run,
@@ -141,6 +144,29 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
         advice = "" if ok else f"; request {needed} vCPUs: Service Quotas console, EC2, quota {code}"
         findings.append(Finding(ok, name, f"{limit:g} vCPUs, the stack needs up to {needed}{advice}"))
     return findings
+
+
+def _existing_cluster(run: Runner, name: str, region: str) -> Finding:
+    """The team's cluster (`cluster.existingClusterName`) exists here, this identity may describe it,
+    and it is ACTIVE; what else it must be (version, access entries, Pod Identity agent, subnets) the
+    preview checks and says."""
+    what = f"EKS cluster {name}"
+    answer = _run(
+        run, ["aws", "eks", "describe-cluster", "--name", name, "--region", region, "--output", "json"]
+    )
+    if answer is None or answer.returncode != 0:
+        reason = _first_line(answer.stderr if answer else "")
+        return Finding(
+            False,
+            what,
+            f"{reason or 'not answered'}: check cluster.existingClusterName and the region, and that this "
+            "identity may call eks:DescribeCluster",
+        )
+    cluster = json.loads(answer.stdout).get("cluster") or {}
+    status, version = cluster.get("status", "?"), cluster.get("version", "?")
+    mode = (cluster.get("accessConfig") or {}).get("authenticationMode", "?")
+    detail = f"Kubernetes {version}, {status}, authentication {mode}"
+    return Finding(status == "ACTIVE", what, detail if status == "ACTIVE" else f"{detail}: wait until ACTIVE")
 
 
 def format_findings(findings: list[Finding]) -> tuple[str, int]:

@@ -14,7 +14,8 @@ What an existing add-on must be, or preview refuses it:
 - a device plugin must tolerate the GPU nodes' taint (`gpuNodes.taint`), or it never runs on them;
 - the KubeRay operator must be at least the pinned version (the RayService uses its fields);
 - Envoy Gateway must have accepted a GatewayClass (the stack's Gateway uses it);
-- Prometheus (prometheus-operator's `Prometheus`) must select monitors by labels, so the stack's carry them.
+- Prometheus (prometheus-operator's `Prometheus`) must select monitors by labels, so the stack's carry them,
+  in its own namespace, where they go (its namespace selectors must match that namespace's labels).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from config import PROJECT, ConfigError, Settings, versions
 from planning.nodes import GPU_TAINT_KEY
@@ -54,6 +57,10 @@ class PrometheusServer:
     name: str
     selectors: Mapping[str, Mapping[str, Any] | None]
     """podMonitorSelector, serviceMonitorSelector, ruleSelector: None selects nothing, {} everything."""
+    namespace_selectors: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    """Keyed as `selectors`, each one's namespace selector (podMonitorNamespaceSelector, ...): None looks
+    in its own namespace only, {} in every namespace, anything else in the namespaces whose labels it
+    matches (prometheus-operator pkg/prometheus/resource_selector.go `selectObjects`)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,20 @@ class Inventory:
     workloads: tuple[Workload, ...] = ()
     prometheuses: tuple[PrometheusServer, ...] = ()
     gateway_classes: tuple[GatewayClassInfo, ...] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Every namespace's labels (what a Prometheus's namespace selectors match)."""
+    gateway_deploy_modes: Mapping[str, str] = field(default_factory=dict)
+    """Envoy Gateway's namespace -> where it runs the proxies (its configuration's
+    `provider.kubernetes.deploy.type`): ControllerNamespace (the default) or GatewayNamespace."""
+
+
+ENVOY_GATEWAY_CONFIG = ("envoy-gateway-config", "envoy-gateway.yaml")
+"""The ConfigMap (and its key) holding Envoy Gateway's own configuration (gateway-helm's
+templates/envoy-gateway-config.yaml)."""
+GATEWAY_NAMESPACE_MODE = "GatewayNamespace"
+
+
+MONITOR_SELECTORS = ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector")
 
 
 def inventory_from_api(
@@ -79,8 +100,11 @@ def inventory_from_api(
     daemonsets: Mapping[str, Any],
     prometheuses: Mapping[str, Any] | None,
     gateway_classes: Mapping[str, Any] | None,
+    gateway_configs: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> Inventory:
-    """From the API's list responses (`kubectl get ... -A -o json`); None where the CRD is absent."""
+    """From the API's list responses (`kubectl get ... -A -o json`); None where the CRD is absent.
+    `gateway_configs`: the ConfigMaps named ENVOY_GATEWAY_CONFIG, in whatever namespace."""
     workloads = []
     for kind, listing in (("Deployment", deployments), ("DaemonSet", daemonsets)):
         for item in listing.get("items") or []:
@@ -105,8 +129,9 @@ def inventory_from_api(
             PrometheusServer(
                 namespace=meta.get("namespace", ""),
                 name=meta.get("name", ""),
-                selectors={
-                    k: spec.get(k) for k in ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector")
+                selectors={k: spec.get(k) for k in MONITOR_SELECTORS},
+                namespace_selectors={
+                    k: spec.get(k.replace("Selector", "NamespaceSelector")) for k in MONITOR_SELECTORS
                 },
             )
         )
@@ -120,8 +145,20 @@ def inventory_from_api(
                 accepted=any(c.get("type") == "Accepted" and c.get("status") == "True" for c in conditions),
             )
         )
+    modes = {}
+    for item in (gateway_configs or {}).get("items") or []:
+        try:
+            config = yaml.safe_load(((item.get("data") or {}).get(ENVOY_GATEWAY_CONFIG[1])) or "") or {}
+            deploy = ((config.get("provider") or {}).get("kubernetes") or {}).get("deploy") or {}
+        except (yaml.YAMLError, AttributeError):
+            continue
+        modes[(item.get("metadata") or {}).get("namespace", "")] = deploy.get("type") or "ControllerNamespace"
     names = frozenset(c["metadata"]["name"] for c in crds.get("items") or [] if c.get("metadata"))
-    return Inventory(names, tuple(workloads), tuple(servers), tuple(classes))
+    labels = {
+        (item.get("metadata") or {}).get("name", ""): dict((item.get("metadata") or {}).get("labels") or {})
+        for item in (namespaces or {}).get("items") or []
+    }
+    return Inventory(names, tuple(workloads), tuple(servers), tuple(classes), labels, modes)
 
 
 @dataclass(frozen=True)
@@ -299,7 +336,7 @@ def plan_addons(
         if "envoyGateway" in found and "envoyGateway" not in install:
             gateway = _gateway(inventory, found["envoyGateway"], problems)
         if "prometheus" in found and "prometheus" not in install:
-            prometheus = _prometheus(found["prometheus"], problems)
+            prometheus = _prometheus(found["prometheus"], inventory.namespace_labels, problems)
     if problems:
         raise ConfigError(problems)
     return AddonPlan(
@@ -408,14 +445,60 @@ def _gateway(inventory: Inventory, here: Found, problems: list[str]) -> GatewayT
             "its own"
         )
         return None
-    return GatewayTarget(class_name=classes[0].name, namespace=here.workload.namespace)
+    namespace = here.workload.namespace
+    if inventory.gateway_deploy_modes.get(namespace) == GATEWAY_NAMESPACE_MODE:
+        problems.append(
+            f"{PROJECT}:addons.envoyGateway: the cluster's Envoy Gateway ({here.where}) runs each Gateway's "
+            f"proxies in the Gateway's own namespace ({GATEWAY_NAMESPACE_MODE} mode, alpha), where the "
+            "stack's NLB Service does not look for them. The stack works with the default mode "
+            "(ControllerNamespace) only: switch to it, or serve without the endpoint (endpoint.enabled: "
+            "false; `ops verify` and port-forwards still reach the model)"
+        )
+        return None
+    return GatewayTarget(class_name=classes[0].name, namespace=namespace)
 
 
-def _prometheus(here: Found, problems: list[str]) -> PrometheusTarget | None:
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels and matchExpressions) matches `labels`."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = (
+            expression.get("key"),
+            expression.get("operator"),
+            expression.get("values") or [],
+        )
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _prometheus(
+    here: Found, namespace_labels: Mapping[str, Mapping[str, str]], problems: list[str]
+) -> PrometheusTarget | None:
+    """Where the stack's monitors go (the Prometheus's own namespace) and the labels they carry; a
+    problem where that Prometheus would not select them there."""
     server = here.prometheus
     assert server is not None
+    own = namespace_labels.get(server.namespace, {"kubernetes.io/metadata.name": server.namespace})
+    for selector in MONITOR_SELECTORS:
+        namespaces = server.namespace_selectors.get(selector)
+        if namespaces is not None and not selects(namespaces, own):
+            key = selector.replace("Selector", "NamespaceSelector")
+            problems.append(
+                f"{PROJECT}:addons.prometheus: {here.where}'s {key} does not match its own namespace "
+                f"{server.namespace}, where the stack puts its {selector.removesuffix('Selector')}s: label "
+                f"that namespace to match it, or let the stack install its own"
+            )
     labels: dict[str, dict[str, str]] = {}
-    for selector in ("podMonitorSelector", "serviceMonitorSelector", "ruleSelector"):
+    for selector in MONITOR_SELECTORS:
         given = server.selectors.get(selector)
         if given is None:
             problems.append(

@@ -56,6 +56,24 @@ THE_TEAMS = {
 }
 
 
+TEAM_WITH_GATEWAY = replace(
+    TeamCluster(),
+    deployments=(
+        *TeamCluster().deployments,
+        _workload("Deployment", "gateways", "envoy-gateway", "gateway-helm", "envoyproxy/gateway:v1.8.2"),
+    ),
+    crds=(*TeamCluster().crds, "gatewayclasses.gateway.networking.k8s.io"),
+    gateway_classes=(
+        {
+            "metadata": {"name": "eg"},
+            "spec": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
+            "status": {"conditions": [{"type": "Accepted", "status": "True"}]},
+        },
+    ),
+)
+"""The team runs Envoy Gateway (in `gateways`, the default deploy mode) with an accepted GatewayClass."""
+
+
 def byo(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> StackRun:
     return run_stack(stack=STACK, overrides=overrides or None, aws=AwsState(team=team or TeamCluster()))
 
@@ -203,6 +221,47 @@ class TestAddons:
         assert "grafanaAdminPassword" not in team_run.exports
         assert team_run.exports["prometheusService"] == "monitoring/prometheus-operated"  # what ops asks
 
+    @pytest.mark.parametrize(
+        ("selector", "labels", "selected"),
+        [
+            (None, {}, True),  # its own namespace only: where the monitors go
+            ({}, {}, True),  # every namespace
+            ({"matchLabels": {"monitoring": "on"}}, {"monitoring": "on"}, True),
+            ({"matchLabels": {"monitoring": "on"}}, {}, False),
+            (
+                {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": ["monitoring", "apps"],
+                        }
+                    ]
+                },
+                {},
+                True,
+            ),
+            ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, {"tier": "x"}, False),
+        ],
+    )
+    def test_the_teams_prometheus_must_look_in_its_own_namespace(self, selector, labels, selected):
+        """The monitors go to the Prometheus's namespace; a namespace selector that does not match it
+        would leave them unread: refused, naming the selector."""
+        prometheus = json.loads(json.dumps(TeamCluster().prometheuses[0]))
+        prometheus["spec"].pop("podMonitorNamespaceSelector")
+        if selector is not None:
+            prometheus["spec"]["ruleNamespaceSelector"] = selector
+        team = replace(
+            TeamCluster(),
+            prometheuses=(prometheus,),
+            namespaces={**TeamCluster().namespaces, "monitoring": labels},
+        )
+        if selected:
+            assert byo(team).exports["prometheusService"] == "monitoring/prometheus-operated"
+        else:
+            message = refused(team)
+            assert "ruleNamespaceSelector does not match its own namespace monitoring" in message
+
     def test_the_teams_prometheus_may_scrape_the_ray_pods(self, team_run):
         workers = next(
             r
@@ -242,24 +301,7 @@ class TestAddons:
         )
 
     def test_with_the_teams_envoy_gateway_its_class_and_namespace(self):
-        team = replace(
-            TeamCluster(),
-            deployments=(
-                *TeamCluster().deployments,
-                _workload(
-                    "Deployment", "gateways", "envoy-gateway", "gateway-helm", "envoyproxy/gateway:v1.8.2"
-                ),
-            ),
-            crds=(*TeamCluster().crds, "gatewayclasses.gateway.networking.k8s.io"),
-            gateway_classes=(
-                {
-                    "metadata": {"name": "eg"},
-                    "spec": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
-                    "status": {"conditions": [{"type": "Accepted", "status": "True"}]},
-                },
-            ),
-        )
-        run = byo(team)
+        run = byo(TEAM_WITH_GATEWAY)
         assert not run.of_type("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
         assert (
             run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway").inputs["spec"]["gatewayClassName"]
@@ -271,6 +313,22 @@ class TestAddons:
         names = {r.inputs["metadata"]["name"] for r in run.of_type(NAMESPACE)}
         assert "envoy-gateway-system" not in names and "gateways" not in names
         assert "gateway-helm" not in {r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)}
+
+    def test_a_teams_envoy_gateway_in_gateway_namespace_mode_is_refused(self):
+        """In that (alpha) mode Envoy Gateway runs each Gateway's proxies in the Gateway's namespace, so the
+        NLB Service the stack puts in the controller's namespace would select nothing."""
+        config = {
+            "metadata": {"namespace": "gateways", "name": "envoy-gateway-config"},
+            "data": {
+                "envoy-gateway.yaml": "provider:\n  type: Kubernetes\n  kubernetes:\n    deploy:\n"
+                "      type: GatewayNamespace\n"
+            },
+        }
+        message = refused(replace(TEAM_WITH_GATEWAY, gateway_configs=(config,)))
+        assert "addons.envoyGateway" in message and "GatewayNamespace" in message
+        assert "endpoint.enabled: false" in message
+        default_mode = {**config, "data": {"envoy-gateway.yaml": "provider:\n  type: Kubernetes\n"}}
+        assert byo(replace(TEAM_WITH_GATEWAY, gateway_configs=(default_mode,))).exports["loadBalancerService"]
 
     def test_what_the_stack_installed_stays_the_stacks_on_the_next_up(self, team_run):
         record = team_run.one("aws:ec2/securityGroup:SecurityGroup", "gpu-efa").inputs["tags"]
@@ -567,3 +625,173 @@ class TestOffline:
         forwarded = {(p.command[p.command.index("--namespace") + 1], p.command[-2]) for p in started}
         assert forwarded == {("monitoring", "svc/prometheus-operated"), ("inference", "svc/ray-llm-head-svc")}
         assert "grafana_dashboard=1 in monitoring" in out
+
+    @pytest.mark.parametrize(
+        ("described", "line"),
+        [
+            (
+                (
+                    0,
+                    json.dumps(
+                        {
+                            "cluster": {
+                                "status": "ACTIVE",
+                                "version": "1.34",
+                                "accessConfig": {"authenticationMode": "API"},
+                            }
+                        }
+                    ),
+                    "",
+                ),
+                "ok    EKS cluster platform-prod: Kubernetes 1.34, ACTIVE, authentication API",
+            ),
+            (
+                (0, json.dumps({"cluster": {"status": "UPDATING", "version": "1.34"}}), ""),
+                "FAIL  EKS cluster platform-prod: Kubernetes 1.34, UPDATING, authentication ?: wait",
+            ),
+            (
+                (
+                    254,
+                    "",
+                    "\nAn error occurred (ResourceNotFoundException): No cluster found for name: "
+                    "platform-prod.\n",
+                ),
+                "FAIL  EKS cluster platform-prod: An error occurred (ResourceNotFoundException)",
+            ),
+        ],
+    )
+    def test_preflight_finds_the_cluster(self, described, line):
+        from ops.preflight import format_findings, preflight
+        from tests.fakes.pulumi import stack_settings
+        from tests.test_first_hour import IDENTITY, ZONES, answers, quota
+
+        run = answers(
+            {
+                "pulumi version": (0, "v3.200.0\n", ""),
+                "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
+                "aws sts": (0, IDENTITY, ""),
+                "aws ec2 describe-availability-zones": (0, ZONES, ""),
+                "aws eks describe-cluster --name platform-prod --region us-east-1": described,
+                "aws service-quotas": quota(1000),
+            }
+        )
+        report, code = format_findings(preflight(stack_settings(STACK), run))
+        assert line in report
+        assert code == (0 if line.startswith("ok") else 2)
+
+
+class TestTheProgramReadsTheTeamsApi:
+    """`__main__.cluster_inventory` itself (the mocks answer for it elsewhere): the token from `aws eks
+    get-token`, the paths it lists, and what it makes of the answers, against a fake API client."""
+
+    @pytest.fixture
+    def program(self, monkeypatch):
+        import subprocess
+
+        from tests.fakes.pulumi import _load_program
+
+        asked: list[list[str]] = []
+
+        def run(command, **_):
+            asked.append(command)
+            return subprocess.CompletedProcess(
+                command, 0, json.dumps({"status": {"token": "k8s-aws-v1.t0k"}}), ""
+            )
+
+        monkeypatch.setattr(subprocess, "run", run)
+        program = _load_program()
+        return program, asked
+
+    def serve(self, monkeypatch, answers):
+        from types import SimpleNamespace
+
+        from kubernetes import client
+
+        calls: list[tuple[str, Any, dict[str, str]]] = []
+
+        def call_api(_self, path, method, query_params=None, header_params=None, **_):
+            calls.append((path, query_params, header_params or {}))
+            answer = answers(path)
+            if isinstance(answer, Exception):
+                raise answer
+            return SimpleNamespace(data=json.dumps(answer).encode())
+
+        monkeypatch.setattr(client.ApiClient, "call_api", call_api)
+        return calls
+
+    def test_what_it_lists_and_makes_of_it(self, program, monkeypatch):
+        from tests.fakes.existing import description, team_inventory
+
+        config = {
+            "metadata": {"namespace": "gateways", "name": "envoy-gateway-config"},
+            "data": {
+                "envoy-gateway.yaml": "provider:\n  kubernetes:\n    deploy:\n      type: GatewayNamespace\n"
+            },
+        }
+        team = replace(TEAM_WITH_GATEWAY, gateway_configs=(config,))
+        lists = team.api_lists()
+        by_path = {
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": lists["crds"],
+            "/apis/apps/v1/deployments": lists["deployments"],
+            "/apis/apps/v1/daemonsets": lists["daemonsets"],
+            "/apis/monitoring.coreos.com/v1/prometheuses": lists["prometheuses"],
+            "/apis/gateway.networking.k8s.io/v1/gatewayclasses": lists["gateway_classes"],
+            "/api/v1/configmaps": lists["gateway_configs"],
+            "/api/v1/namespaces": lists["namespaces"],
+        }
+        calls = self.serve(monkeypatch, by_path.__getitem__)
+
+        program, asked = program
+        read = program.cluster_inventory(description(team), "us-east-1")
+
+        assert read == team_inventory(team)
+        assert read.gateway_deploy_modes == {"gateways": "GatewayNamespace"}
+        assert asked == [
+            [
+                "aws",
+                "--region",
+                "us-east-1",
+                "eks",
+                "get-token",
+                "--cluster-name",
+                "platform-prod",
+                "--output",
+                "json",
+            ]
+        ]
+        assert {path for path, _, _ in calls} == set(by_path)
+        assert all(headers["Authorization"] == "Bearer k8s-aws-v1.t0k" for _, _, headers in calls)
+        for names_only in ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "/api/v1/namespaces"):
+            listed = next(c for c in calls if c[0] == names_only)
+            assert "PartialObjectMetadataList" in listed[2]["Accept"]  # metadata only, not every schema
+        assert read.namespace_labels["monitoring"] == {"kubernetes.io/metadata.name": "monitoring"}
+        configmaps = next(c for c in calls if c[0] == "/api/v1/configmaps")
+        assert configmaps[1] == [("fieldSelector", "metadata.name=envoy-gateway-config")]
+
+    def test_without_the_optional_crds_it_does_not_ask_for_them(self, program, monkeypatch):
+        from tests.fakes.existing import description
+
+        team = replace(TeamCluster(), crds=(), prometheuses=())
+        lists = team.api_lists()
+        answers = {
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": lists["crds"],
+            "/apis/apps/v1/deployments": lists["deployments"],
+            "/apis/apps/v1/daemonsets": lists["daemonsets"],
+            "/api/v1/configmaps": {"items": []},
+            "/api/v1/namespaces": lists["namespaces"],
+        }
+        calls = self.serve(monkeypatch, answers.__getitem__)
+        read = program[0].cluster_inventory(description(team), "us-east-1")
+        assert not read.prometheuses and not read.gateway_classes
+        assert {path for path, _, _ in calls} == set(answers)
+
+    def test_a_refusal_is_said_not_raised(self, program, monkeypatch):
+        from kubernetes.client.exceptions import ApiException
+
+        from tests.fakes.existing import description
+
+        self.serve(monkeypatch, lambda path: ApiException(status=403))
+        assert (
+            program[0].cluster_inventory(description(TeamCluster()), "us-east-1")
+            == "the API server answered 403"
+        )

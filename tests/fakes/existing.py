@@ -186,6 +186,12 @@ class TeamCluster:
     daemonsets: tuple[dict[str, Any], ...] = ()
     prometheuses: tuple[dict[str, Any], ...] = DEFAULT_PROMETHEUSES
     gateway_classes: tuple[dict[str, Any], ...] = ()
+    gateway_configs: tuple[dict[str, Any], ...] = ()
+    """ConfigMaps named envoy-gateway-config (Envoy Gateway's own configuration)."""
+    namespaces: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {n: {} for n in ("default", "kube-system", "monitoring", "ray-system")}
+    )
+    """namespace -> its labels beyond `kubernetes.io/metadata.name`, which the API server sets."""
     crds: tuple[str, ...] = DEFAULT_CRDS
     readable: bool = True
     """False: the Kubernetes API refuses whoever runs Pulumi (no access entry)."""
@@ -327,6 +333,13 @@ class TeamCluster:
             "gateway_classes": {"items": list(self.gateway_classes)}
             if "gatewayclasses.gateway.networking.k8s.io" in self.crds
             else None,
+            "gateway_configs": {"items": list(self.gateway_configs)},
+            "namespaces": {
+                "items": [
+                    {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}}}
+                    for name, labels in self.namespaces.items()
+                ]
+            },
         }
 
 
@@ -372,6 +385,8 @@ def team_inventory(team: TeamCluster) -> Any:
         lists["daemonsets"],
         lists["prometheuses"],
         lists["gateway_classes"],
+        lists["gateway_configs"],
+        lists["namespaces"],
     )
 
 
