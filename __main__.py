@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -79,6 +80,16 @@ from planning.existing_cluster import (
 )
 from planning.keys import key_choices, plan_key_changes
 from planning.names import copied_names, stack_files_beside
+from planning.reservation import KEY as RESERVATION_KEY
+from planning.reservation import (
+    ON_DEMAND,
+    CapacityPlan,
+    Reservation,
+    capacity_change_warnings,
+    plan_capacity,
+    reservation_ids,
+    reservations_from_api,
+)
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
 from planning.zones import TAG_STACK, StackRecord, plan_zones
@@ -216,6 +227,56 @@ def existing_cluster(name: str, region: str) -> ClusterDescription:
         addon_roles=frozenset(with_roles),
         status=found.status,
     )
+
+
+def capacity_reservations(reference: str, region: str, profile: str | None = None) -> list[Reservation]:
+    """The reservation `gpuNodes.capacityReservation` names, or a resource group's, as EC2 describes them.
+    Through the AWS CLI (a prerequisite already): pulumi-aws has a data source for Capacity Blocks but
+    none for On-Demand Capacity Reservations, and one reader serves both. `profile`: the stack's
+    `aws:profile`, so the CLI asks as the provider does."""
+    import subprocess
+
+    def ask(*command: str) -> dict[str, Any]:
+        argv = ["aws", *(["--profile", profile] if profile else []), "--region", region, *command]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise ConfigError(
+                [f"{RESERVATION_KEY}: cannot run the AWS CLI to read {reference}: {error}"]
+            ) from None
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            reason = said[-1] if said else f"exit {done.returncode}"
+            raise ConfigError([f"{RESERVATION_KEY}: EC2 in {region} does not describe {reference}: {reason}"])
+        return json.loads(done.stdout or "{}")
+
+    ids = [reference]
+    if reference.startswith("arn:"):
+        ids = reservation_ids(
+            ask("resource-groups", "list-group-resources", "--group", reference, "--output", "json")
+        )
+        if not ids:
+            return []
+    return reservations_from_api(
+        ask("ec2", "describe-capacity-reservations", "--capacity-reservation-ids", *ids, "--output", "json")
+    )
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def reserved_capacity(settings: Settings) -> tuple[Settings, CapacityPlan | None]:
+    """The reservation the GPU nodes run on, read and planned (planning/reservation.py), and the settings
+    with the GPU zone pinned to its zone; the settings as they are without one."""
+    reference = settings.gpu_nodes.capacity_reservation
+    if not reference:
+        return settings, None
+    profile = stack_config().get("aws:profile")
+    found = capacity_reservations(reference, settings.region, str(profile) if profile else None)
+    capacity = plan_capacity(settings, found, now())
+    gpu = settings.gpu_nodes.model_copy(update={"availability_zone": capacity.zone})
+    return settings.model_copy(update={"gpu_nodes": gpu}), capacity
 
 
 def existing_record(stack_id: str, region: str) -> StackRecord | None:
@@ -390,7 +451,13 @@ def own_cluster(settings: Settings, plan: Plan, stack_id: str, caller_arn: str) 
     key_warnings = plan_key_changes(settings, record)
     creator = cluster_creator(record, plan.cluster_name, settings.region, caller_arn)
     access = plan_access(settings, creator)
-    kept = StackRecord(zones.cluster_zones, zones.gpu_zone, creator, *key_choices(settings))
+    kept = StackRecord(
+        zones.cluster_zones,
+        zones.gpu_zone,
+        creator,
+        *key_choices(settings),
+        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+    )
     return Where(
         context=plan.cluster,
         gpu_zone=zones.gpu_zone,
@@ -398,7 +465,7 @@ def own_cluster(settings: Settings, plan: Plan, stack_id: str, caller_arn: str) 
         record=kept,
         access=access,
         infos=access.notes,
-        warnings=(*zones.warnings, *key_warnings),
+        warnings=(*zones.warnings, *key_warnings, *capacity_change(settings, record)),
     )
 
 
@@ -427,6 +494,7 @@ def team_cluster(settings: Settings, stack_id: str) -> Where:
         volume_key=volumes,
         gpu_subnet=existing.gpu_subnet.id,
         installed=tuple(sorted(addons.install)),
+        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
     )
     return Where(
         context=existing_context(settings, existing, addons),
@@ -436,13 +504,23 @@ def team_cluster(settings: Settings, stack_id: str) -> Where:
         access=access,
         existing=existing,
         infos=(existing.summary(), *existing.notes, *addons.notes, *access.notes),
-        warnings=(*existing.warnings, *addons.warnings, *plan_key_changes(settings, record)),
+        warnings=(
+            *existing.warnings,
+            *addons.warnings,
+            *plan_key_changes(settings, record),
+            *capacity_change(settings, record),
+        ),
     )
+
+
+def capacity_change(settings: Settings, record: StackRecord | None) -> tuple[str, ...]:
+    """Whether this up moves the GPU nodes on, off or between reservations (none on a first up)."""
+    return capacity_change_warnings(settings, record.gpu_capacity) if record else ()
 
 
 def main() -> None:
     stack = pulumi.get_stack()
-    settings = load_settings(stack_config())
+    settings, capacity = reserved_capacity(load_settings(stack_config()))
     caller = aws.get_caller_identity()
     plan = plan_stack(settings, stack=stack, ec2=described_by_ec2(settings), account_id=caller.account_id)
     stack_id = f"{PROJECT}/{stack}"
@@ -458,10 +536,11 @@ def main() -> None:
         plan.kv_path.summary(),
         plan.kv_floor.summary(),
         *where.infos,
+        *(capacity.notes if capacity else ()),
     ):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, stack_files_beside(Path(__file__).parent, stack))
-    for message in (*plan.warnings, *where.warnings, *copies):
+    for message in (*plan.warnings, *where.warnings, *(capacity.warnings if capacity else ()), *copies):
         pulumi.log.warn(message)
 
     # Who may hand the stack's Pod Identity roles to pods: this account's EKS, for this cluster.
@@ -475,7 +554,7 @@ def main() -> None:
         queries=price_queries(settings),
         region=settings.region,
         cache=price_cache(),
-        build_report=lambda prices: cost_report(settings, prices, len(where.cluster_zones)),
+        build_report=lambda prices: cost_report(settings, prices, len(where.cluster_zones), capacity),
     )
 
     cluster: Cluster | ExistingCluster
@@ -530,6 +609,7 @@ def main() -> None:
         tags=node_group_tags(plan.gpu.efa_interfaces) if autoscaled else {},
         network_cards=plan.gpu.network_cards or plan.gpu.efa_interfaces,
         record=where.record.tags(stack_id),
+        capacity=capacity,
     )
     if autoscaled and addons.installs("clusterAutoscaler"):
         ClusterAutoscaler(
@@ -631,7 +711,7 @@ def main() -> None:
     observability = (
         Observability(
             "observability",
-            manifests=build_observability(settings, plan.cluster),
+            manifests=build_observability(settings, plan.cluster, capacity),
             cluster_name=cluster.cluster_name,
             pod_identity_trust=trust,
             kubernetes_version=plan.cluster.kubernetes_version,

@@ -130,6 +130,8 @@ class Cluster(pulumi.ComponentResource):
     """Kubeconfig (JSON) that authenticates with `aws eks get-token`; a Pulumi secret."""
     node_role: aws.iam.Role
     """IAM role of every node (system and GPU)."""
+    kubernetes_version: str
+    """The control plane's Kubernetes minor (`cluster.kubernetesVersion`)."""
     system_node_group: eks.ManagedNodeGroup
     """The CPU node group labelled role=system."""
     provider: k8s.Provider
@@ -246,6 +248,7 @@ class Cluster(pulumi.ComponentResource):
             else []
         )
 
+        self.kubernetes_version = config.kubernetes_version
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
             name=cluster_name,

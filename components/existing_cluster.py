@@ -75,6 +75,8 @@ class ExistingCluster(pulumi.ComponentResource):
     """Kubernetes provider built from the kubeconfig; every Kubernetes object uses it."""
     node_role: aws.iam.Role
     """IAM role of the stack's nodes (system and GPU)."""
+    kubernetes_version: str
+    """The team's control plane's Kubernetes minor, as read."""
     node_dependencies: list[pulumi.Resource]
     """What the stack's node groups wait for: the node role's policies."""
     system_node_group: aws.eks.NodeGroup
@@ -109,6 +111,7 @@ class ExistingCluster(pulumi.ComponentResource):
         partition = partition_of(region)
         self.plan = plan
         cluster = plan.cluster
+        self.kubernetes_version = cluster.version
         self.cluster_name = pulumi.Output.from_input(cluster.name)
         ours = {TAG_STACK: stack_id}
 

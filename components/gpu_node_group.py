@@ -27,6 +27,7 @@ from components.existing_cluster import ExistingCluster
 from components.managed_nodes import managed_node_group
 from config.cluster import GpuNodesConfig
 from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
+from planning.reservation import CapacityPlan
 from planning.upgrades import GPU_NODE_UPDATE
 
 GPU_AMI = "AL2023_x86_64_NVIDIA"
@@ -62,18 +63,41 @@ class GpuNodeGroup(pulumi.ComponentResource):
         tags: dict[str, str],
         network_cards: int = 1,
         record: Mapping[str, str] | None = None,
+        capacity: CapacityPlan | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
         planning/zones.py); `subnet_id`: the private subnet in that zone; `autoscaled`: Cluster
         Autoscaler sizes the group, so Pulumi ignores its desired size; `tags`: the node group's
         (what Cluster Autoscaler reads for scale from zero). On an existing cluster: `network_cards`,
-        the GPU type's (an EFA interface each), and `record`, the tags its EFA security group keeps."""
+        the GPU type's (an EFA interface each), and `record`, the tags its EFA security group keeps.
+        `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
         if isinstance(cluster, ExistingCluster):
             self.node_group = self._on_existing(
-                name, config, cluster, subnet_id, autoscaled, tags, network_cards, record or {}
+                name, config, cluster, subnet_id, autoscaled, tags, network_cards, record or {}, capacity
+            )
+            self.register_outputs({"availabilityZone": zone})
+            return
+        if capacity:
+            # pulumi-eks's EFA template takes no reservation target, market type or instance type (and
+            # always adds a placement group of its own), so on a reservation the group is built as on an
+            # existing cluster, its EFA interfaces in the EKS cluster security group as pulumi-eks puts them.
+            self.node_group = self._group(
+                name,
+                config,
+                cluster_name=cluster.cluster_name,
+                kubernetes_version=cluster.kubernetes_version,
+                node_role_arn=cluster.node_role.arn,
+                volume_key_arn=cluster.volume_key_arn,
+                subnet_id=subnet_id,
+                autoscaled=autoscaled,
+                tags=tags,
+                network_cards=network_cards,
+                security_groups=[cluster.eks_cluster.cluster_security_group_id],
+                dependencies=cluster.node_dependencies,
+                capacity=capacity,
             )
             self.register_outputs({"availabilityZone": zone})
             return
@@ -118,8 +142,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         tags: dict[str, str],
         network_cards: int,
         record: Mapping[str, str],
+        capacity: CapacityPlan | None,
     ) -> aws.eks.NodeGroup:
-        child = pulumi.ResourceOptions(parent=self)
         read = cluster.plan.cluster
         efa_group = aws.ec2.SecurityGroup(
             f"{name}-efa",
@@ -128,14 +152,55 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
             tags=dict(record),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        placement = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+        return self._group(
+            name,
+            config,
+            cluster_name=read.name,
+            kubernetes_version=cluster.kubernetes_version,
+            node_role_arn=cluster.node_role.arn,
+            volume_key_arn=cluster.volume_key_arn,
+            subnet_id=subnet_id,
+            autoscaled=autoscaled,
+            tags=tags,
+            network_cards=network_cards,
+            security_groups=[read.security_group_id, efa_group.id],
+            dependencies=cluster.node_dependencies,
+            capacity=capacity,
+        )
+
+    def _group(
+        self,
+        name: str,
+        config: GpuNodesConfig,
+        *,
+        cluster_name: pulumi.Input[str],
+        kubernetes_version: str,
+        node_role_arn: pulumi.Input[str],
+        volume_key_arn: pulumi.Input[str],
+        subnet_id: pulumi.Input[str],
+        autoscaled: bool,
+        tags: dict[str, str],
+        network_cards: int,
+        security_groups: list[pulumi.Input[str]],
+        dependencies: list[pulumi.Resource],
+        capacity: CapacityPlan | None,
+    ) -> aws.eks.NodeGroup:
+        """The group from `pulumi_aws` (components/managed_nodes.py): EFA on every network card in
+        `security_groups`, in a cluster placement group of the stack's own, or on a reservation in its
+        placement group (none for a Capacity Block, or a reservation made outside one)."""
+        child = pulumi.ResourceOptions(parent=self)
+        placement = (
+            capacity.placement_group
+            if capacity
+            else aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child).name
+        )
         return managed_node_group(
             f"{name}-nodes",
-            cluster_name=read.name,
-            kubernetes_version=read.version,
-            node_role_arn=cluster.node_role.arn,
+            cluster_name=cluster_name,
+            kubernetes_version=kubernetes_version,
+            node_role_arn=node_role_arn,
             subnet_ids=[subnet_id],
             instance_type=config.instance_type,
             sizes=(config.min_size, config.desired_size, config.max_size),
@@ -144,15 +209,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
             if config.taint
             else None,
             disk_size_gib=config.disk_size_gib,
-            volume_key_arn=cluster.volume_key_arn,
+            volume_key_arn=volume_key_arn,
             ami_type=GPU_AMI,
             efa_network_cards=max(network_cards, 1),
-            efa_security_groups=[read.security_group_id, efa_group.id],
-            placement_group=placement.name,
+            efa_security_groups=security_groups,
+            placement_group=placement,
             update_config=GPU_NODE_UPDATE,
             ignore_scaling_changes=autoscaled,
             tags=tags,
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=cluster.node_dependencies)
-            ),
+            capacity=capacity,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=dependencies)),
         )

@@ -24,6 +24,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from planning.reservation import BLOCK, CapacityPlan
+
 ROOT_DEVICE = "/dev/xvda"
 """The root device of EKS's AL2023 AMIs (pulumi-eks nodes/nodegroup.ts)."""
 
@@ -38,10 +40,26 @@ INSTANCE_METADATA = {"httpTokens": "required", "httpPutResponseHopLimit": 1}
 CNI, whatever namespace or network policy it has (pulumi-eks hard-codes 2)."""
 
 
+def reservation_target(capacity: CapacityPlan) -> aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs:
+    """Launch into the reservation, by its ID or its resource group's ARN. No preference beside the
+    target (pulumi-aws: omit it or say `capacity-reservations-only`): a targeted launch runs in the
+    reservation or fails, it never falls back to On-Demand."""
+    target = (
+        aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+            capacity_reservation_resource_group_arn=capacity.reference
+        )
+        if capacity.group
+        else aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+            capacity_reservation_id=capacity.reference
+        )
+    )
+    return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(capacity_reservation_target=target)
+
+
 def managed_node_group(
     name: str,
     *,
-    cluster_name: str,
+    cluster_name: pulumi.Input[str],
     kubernetes_version: str,
     node_role_arn: pulumi.Input[str],
     subnet_ids: Sequence[pulumi.Input[str]],
@@ -58,13 +76,18 @@ def managed_node_group(
     update_config: Mapping[str, Any] | None = None,
     ignore_scaling_changes: bool = False,
     tags: Mapping[str, str] | None = None,
+    capacity: CapacityPlan | None = None,
     opts: pulumi.ResourceOptions,
 ) -> aws.eks.NodeGroup:
     """A launch template and the EKS managed node group that uses it, as children of `opts.parent`.
     `sizes`: (min, desired, max); `efa_network_cards`: with EFA, one interface per network card, each in
     `efa_security_groups`, the nodes in `placement_group`; `update_config`: in EKS's wire names
     (planning/upgrades.py GPU_NODE_UPDATE); `ignore_scaling_changes`: Cluster Autoscaler owns the
-    desired size."""
+    desired size; `capacity`: the reservation the nodes launch into (planning/reservation.py): its
+    target in the template, and for a Capacity Block what EKS requires of it (market type
+    `capacity-block` and the instance type in the template, none on the group, capacity type
+    CAPACITY_BLOCK)."""
+    block = bool(capacity and capacity.block)
     ebs = {**root_volume(volume_key_arn), "volumeSize": disk_size_gib, "deleteOnTermination": "true"}
     template = aws.ec2.LaunchTemplate(
         f"{name}-template",
@@ -99,6 +122,11 @@ def managed_node_group(
         placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group)
         if placement_group
         else None,
+        capacity_reservation_specification=reservation_target(capacity) if capacity else None,
+        instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type=BLOCK)
+        if block
+        else None,
+        instance_type=instance_type if block else None,
         opts=opts,
     )
     minimum, desired, maximum = sizes
@@ -108,7 +136,8 @@ def managed_node_group(
         version=kubernetes_version,
         node_role_arn=node_role_arn,
         subnet_ids=list(subnet_ids),
-        instance_types=[instance_type],
+        instance_types=None if block else [instance_type],
+        capacity_type=capacity.capacity_type if capacity else None,
         ami_type=ami_type,
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
             min_size=minimum, desired_size=desired, max_size=maximum

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 from ipaddress import IPv4Network
-from typing import Annotated
+from typing import Annotated, Any
 
+import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -307,3 +308,12 @@ class InstanceSpec(StrictModel):
     )
     efa_interfaces: int = Field(0, ge=0, description="Maximum EFA interfaces; 0 without EFA.")
     gpudirect_rdma: bool = Field(False, description="Whether the GPUs register memory with EFA directly.")
+
+
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader on libyaml where the wheel has it (the same documents, several times faster)."""
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, on libyaml where available."""
+    return yaml.load(text, Loader=SAFE_LOADER)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from ipaddress import IPv4Network
 from typing import Literal
 
@@ -180,6 +181,13 @@ class ClusterConfig(StrictModel):
         return self
 
 
+CAPACITY_RESERVATION_PATTERN = (
+    r"cr-[0-9a-f]{17}"
+    r"|arn:aws(-[a-z]+)*:resource-groups:(?P<region>[a-z0-9-]+):[0-9]{12}:group/[A-Za-z0-9._-]{1,128}"
+)
+"""A capacity reservation's ID, or a resource group's ARN (EC2's `cr-` IDs are 17 hex digits)."""
+
+
 class NodeGroupConfig(StrictModel):
     """What both node groups share: an instance type and sizes in order."""
 
@@ -270,6 +278,27 @@ class GpuNodesConfig(NodeGroupConfig):
         "the first `up`, the one the stack recorded. The stack's own VPC has one private subnet per zone, "
         "so without an existing cluster this key is refused.",
     )
+    capacity_reservation: str | None = Field(
+        None,
+        description="Run the GPU nodes on reserved capacity: the ID of an EC2 Capacity Block for ML or of an "
+        "On-Demand Capacity Reservation (`cr-...`), or the ARN of a resource group of On-Demand Capacity "
+        "Reservations. Preview reads it and plans from it: the GPU zone is its zone, `instanceType` and "
+        "the sizes must fit it (`maxSize` at most the reserved count: launches that target a reservation "
+        "never fall back to On-Demand), a block must have started unless the stack is parked, and it "
+        "logs how many nodes run on the reservation, what it costs and when it ends (docs/operations.md, "
+        '"Reserved GPU capacity"). Adding or removing it replaces the GPU node group.',
+    )
+
+    @field_validator("capacity_reservation")
+    @classmethod
+    def _reservation_reference(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(CAPACITY_RESERVATION_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is neither a capacity reservation ID (`cr-` and 17 hex digits, as EC2 shows it) "
+                "nor a resource group ARN (arn:aws:resource-groups:<region>:<account>:group/<name>)"
+            )
+        return value
+
     accept_idle_gpus: bool = Field(
         False,
         description="Each worker needs its own EFA interface, so a type with more GPUs than EFA interfaces "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 from config.addons import AddonsConfig
 from config.autoscaling import AutoscalingConfig
 from config.base import StrictModel
-from config.cluster import ClusterConfig, GpuNodesConfig, SystemNodesConfig
+from config.cluster import CAPACITY_RESERVATION_PATTERN, ClusterConfig, GpuNodesConfig, SystemNodesConfig
 from config.endpoint import EndpointConfig
 from config.network import NetworkConfig
 from config.observability import ObservabilityConfig
@@ -123,6 +124,12 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
         foreign = sorted(z for z in values if z[:-1] != settings.region)
         if foreign:
             problems.append(f"{key}: {foreign} are not in {REGION_KEY} {settings.region}")
+    reservation = re.fullmatch(CAPACITY_RESERVATION_PATTERN, settings.gpu_nodes.capacity_reservation or "")
+    if reservation and reservation["region"] and reservation["region"] != settings.region:
+        problems.append(
+            f"{project}:gpuNodes.capacityReservation: the resource group is in {reservation['region']}, not "
+            f"{REGION_KEY} {settings.region}; capacity reservations serve their own region only"
+        )
     cluster_zones = settings.network.availability_zones
     gpu_zone = settings.gpu_nodes.availability_zone
     if cluster_zones and gpu_zone and gpu_zone not in cluster_zones:

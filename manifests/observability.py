@@ -50,6 +50,7 @@ from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.context import ClusterContext
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from planning.reservation import CapacityPlan
 from planning.system_pods import PodRequests, ray_autoscaling
 
 MONITORING_NAMESPACE = "monitoring"
@@ -412,8 +413,35 @@ SERVE_RUNNING = 6
 5 DEPLOYING, 6 RUNNING (ray/serve/_private/application_state.py, Ray 2.58)."""
 
 
-def alert_rules(settings: Settings) -> list[dict[str, Any]]:
-    """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec)."""
+BLOCK_ENDING_WARNING_SECONDS = 2 * 3600
+"""How long before a Capacity Block ends its alert fires: EKS empties the node group 40 minutes before."""
+
+
+def capacity_block_alert(capacity: CapacityPlan) -> dict[str, Any] | None:
+    """While GPU nodes run (dcgm-exporter reports a GPU), a Capacity Block's last two hours: its end,
+    read at preview, is written into the rule (the next `up` after an extension rewrites it)."""
+    if not capacity.block or capacity.ends is None:
+        return None
+    end = int(capacity.ends.timestamp())
+    return {
+        "alert": "CapacityBlockEnding",
+        "expr": f"vector({end}) - time() < {BLOCK_ENDING_WARNING_SECONDS} > 0 "
+        "and on() count(DCGM_FI_DEV_GPU_UTIL) > 0",
+        "for": "0m",
+        "labels": {"severity": "warning", "reservation": capacity.reference},
+        "annotations": {
+            "summary": f"Capacity Block {capacity.reference} ends in {{{{ $value | humanizeDuration }}}}",
+            "description": "EKS scales the GPU nodes to 0 forty minutes before the block ends and EC2 stops "
+            "them 30 minutes before: serving stops. Extend the block (`aws ec2 "
+            "purchase-capacity-block-extension`) and `pulumi up`, or move to other capacity "
+            "(gpuNodes.capacityReservation).",
+        },
+    }
+
+
+def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> list[dict[str, Any]]:
+    """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec);
+    with a Capacity Block (`capacity`), its end too."""
     serving_namespace = settings.serving.namespace
     objective = settings.observability.ttft_objective_seconds
 
@@ -504,17 +532,20 @@ def alert_rules(settings: Settings) -> list[dict[str, Any]]:
                     "A prefill or decode worker restarted in the last 15 minutes (OOM, a GPU error, a "
                     "failed health check): `kubectl describe pod` says why.",
                 ),
+                *([ending] if (ending := capacity and capacity_block_alert(capacity)) else []),
             ],
         }
     ]
 
 
-def prometheus_rule(settings: Settings, context: ClusterContext) -> dict[str, Any]:
+def prometheus_rule(
+    settings: Settings, context: ClusterContext, capacity: CapacityPlan | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": monitor_metadata("ray-llm-alerts", settings.serving.namespace, context, rule=True),
-        "spec": {"groups": alert_rules(settings)},
+        "spec": {"groups": alert_rules(settings, capacity)},
     }
 
 
@@ -585,7 +616,11 @@ class ObservabilityManifests:
         return [*self.pod_monitors, *service, self.prometheus_rule]
 
 
-def build_observability(settings: Settings, context: ClusterContext) -> ObservabilityManifests:
+def build_observability(
+    settings: Settings, context: ClusterContext, capacity: CapacityPlan | None = None
+) -> ObservabilityManifests:
+    """`capacity`: the reservation the GPU nodes run on, read at preview (a Capacity Block's end is an
+    alert)."""
     addons = context.addons
     return ObservabilityManifests(
         serving_namespace=settings.serving.namespace,
@@ -602,6 +637,6 @@ def build_observability(settings: Settings, context: ClusterContext) -> Observab
         kuberay_service_monitor=kuberay_service_monitor(settings, context)
         if addons.installs("kuberay")
         else None,
-        prometheus_rule=prometheus_rule(settings, context),
+        prometheus_rule=prometheus_rule(settings, context, capacity),
         dashboards=dashboard_config_maps(settings, context),
     )

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 from config import Settings, versions
+from config.base import load_yaml
 from manifests.jobs import ProgramJob, program_job, short_hash
 from manifests.k8s import EnvVar, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
@@ -27,7 +26,7 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
     serving = settings.serving
     timeout = serving.ready_timeout_minutes * 60
     name = f"{serving.name[:40]}-ready-{short_hash(serve_config_v2)}"
-    expected = yaml.safe_load(serve_config_v2)["applications"]
+    expected = load_yaml(serve_config_v2)["applications"]
     return program_job(
         name=name,
         namespace=serving.namespace,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from config import Settings
 from ops.kube import OpsError
 from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
 from planning.price_snapshot import snapshot_prices
+from planning.reservation import CapacityPlan, plan_capacity, reservations_from_api
 
 COST_HEADER = "hourly on-demand cost"
 """How the program's own cost report begins (planning/cost.py): the plan shows its own, labelled."""
@@ -48,8 +50,41 @@ def without_secrets(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def run_offline(stack: str, config: dict[str, Any]) -> Any:
-    """The program under the suite's mocks; its errors as OpsError (exit 2: the stack cannot plan)."""
+def mocked_reservations(settings: Settings) -> tuple[dict[str, Any], ...]:
+    """The reservation `gpuNodes.capacityReservation` names, as the mocked account holds it: active, of
+    the stack file's GPU type, maxSize of them, in the region's zone b (or the stack file's GPU zone), in
+    a cluster placement group, no end date. Whether it is a Capacity Block only EC2 can say; offline it
+    is an On-Demand Capacity Reservation."""
+    from tests.fakes.capacity import reservation
+
+    reference = settings.gpu_nodes.capacity_reservation
+    if not reference:
+        return ()
+    gpu = settings.gpu_nodes
+    zone = gpu.availability_zone or f"{settings.region}b"
+    found = "cr-00000000000000000" if reference.startswith("arn:") else reference
+    return (
+        reservation(
+            found, instance_type=gpu.instance_type, zone=zone, total=gpu.max_size, placement_group="reserved"
+        ),
+    )
+
+
+def mocked_capacity(settings: Settings) -> CapacityPlan | None:
+    """The mocked reservation, planned as the program plans it (for the plan's cost)."""
+    from tests.fakes.capacity import NOW
+
+    found = mocked_reservations(settings)
+    return (
+        plan_capacity(settings, reservations_from_api({"CapacityReservations": list(found)}), NOW)
+        if found
+        else None
+    )
+
+
+def run_offline(stack: str, config: dict[str, Any], settings: Settings | None = None) -> Any:
+    """The program under the suite's mocks; its errors as OpsError (exit 2: the stack cannot plan).
+    `settings`: the stack file's, for what the mocked account must hold (a reservation it names)."""
     try:
         from tests.fakes.existing import TeamCluster
         from tests.fakes.pulumi import AwsState, run_stack
@@ -63,7 +98,14 @@ def run_offline(stack: str, config: dict[str, Any]) -> Any:
     existing = (values.get("ray-llm-eks:cluster") or {}).get("existingClusterName")
     region = str(values.get("aws:region") or "us-east-1")
     # A cluster of that name in the mocked world (tests/fakes/existing.py), its subnets in the region's zones.
-    aws = AwsState(team=TeamCluster.named(existing, region)) if existing else None
+    aws = AwsState(team=TeamCluster.named(existing, region)) if existing else AwsState()
+    reservations = mocked_reservations(settings) if settings else ()
+    reference = settings.gpu_nodes.capacity_reservation if settings else None
+    if reservations and reference:
+        groups = (
+            {reference: (reservations[0]["CapacityReservationId"],)} if reference.startswith("arn:") else {}
+        )
+        aws = replace(aws, reservations=reservations, resource_groups=groups)
     try:
         return run_stack(values, stack=stack, secrets=secrets or None, aws=aws)
     except Exception as error:  # the program's own refusal, as a preview would print it
@@ -110,7 +152,7 @@ def plan_report(
     root: Path,
     clock: Callable[[], float] = time.time,
 ) -> str:
-    run = run_offline(stack, config)
+    run = run_offline(stack, config, settings)
     gpu, system = settings.gpu_nodes, settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
@@ -124,6 +166,14 @@ def plan_report(
             "private subnets in zones a to d, the Pod Identity agent, and a load balancer controller, "
             "Prometheus and Cluster Autoscaler of its own (tests/fakes/existing.py). A preview reads "
             "yours: its version, subnets and add-ons decide.",
+            "",
+        ]
+    if gpu.capacity_reservation:
+        lines += [
+            f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
+            f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
+            "(tests/fakes/capacity.py). A preview reads yours: its kind, zone, count, state and dates "
+            "decide.",
             "",
         ]
     if run.warnings:
@@ -147,6 +197,6 @@ def plan_report(
         more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
         lines.append(f"  {count:>3}  {name}: {shown}{more}")
     prices, source = prices_for(settings, root / PRICE_CACHE, clock)
-    report = cost_report(settings, prices, len(zones) or 2).format().splitlines()
+    report = cost_report(settings, prices, len(zones) or 2, mocked_capacity(settings)).format().splitlines()
     lines += ["", f"Cost ({source}):", *report[1:]]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,9 @@ found, 0 when none.
 
 The quotas are Service Quotas' "Running On-Demand ..." vCPU limits per instance family class
 (L-DB2E81BA G and VT, L-417A185B P, L-1216C47A Standard), which EC2 enforces when the node groups
-launch; a quota Service Quotas does not answer is a warning, not a failure.
+launch; a quota Service Quotas does not answer is a warning, not a failure, and so is the GPU type's
+where the GPU nodes run on a capacity reservation (`gpuNodes.capacityReservation`), which already holds
+their instances.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
     findings.append(Finding(True, f"region {region}", f"{len(names)} zones"))
     if settings.cluster.existing_cluster_name:
         findings.append(_existing_cluster(run, settings.cluster.existing_cluster_name, region))
+    gpu_quota = quota_of(settings.gpu_nodes.instance_type)[0]
     for (code, name), needed in sorted(vcpus_needed(settings).items()):
         answer = _run(
             run,
@@ -142,7 +145,13 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
         limit = float(json.loads(answer.stdout)["Quota"]["Value"])
         ok = limit >= needed
         advice = "" if ok else f"; request {needed} vCPUs: Service Quotas console, EC2, quota {code}"
-        findings.append(Finding(ok, name, f"{limit:g} vCPUs, the stack needs up to {needed}{advice}"))
+        reserved = bool(settings.gpu_nodes.capacity_reservation) and code == gpu_quota
+        if reserved and not ok:
+            # The GPU nodes launch into the reservation the stack names, whose instances are already held.
+            advice += " (the GPU nodes run on gpuNodes.capacityReservation, which holds its instances)"
+        findings.append(
+            Finding(ok, name, f"{limit:g} vCPUs, the stack needs up to {needed}{advice}", fatal=not reserved)
+        )
     return findings
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import Settings
+from planning.reservation import CapacityPlan
 
 PRICE_REGION = "us-east-1"
 """The Price List API answers only in us-east-1, eu-central-1 and ap-south-1."""
@@ -124,6 +125,7 @@ class CostReport:
     serving: tuple[CostLine, ...]
     at_most: tuple[CostLine, ...]
     parked: tuple[CostLine, ...]
+    notes: tuple[str, ...] = ()
 
     @staticmethod
     def total(lines: tuple[CostLine, ...]) -> float | None:
@@ -144,6 +146,7 @@ class CostReport:
         lines.append(f"  serving, GPU nodes at desiredSize: {money(self.total(self.serving))}")
         lines.append(f"  serving, GPU nodes at maxSize: {money(self.total(self.at_most))}")
         lines.append(f"  parked (no GPU nodes): {money(self.total(self.parked))}")
+        lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -171,8 +174,13 @@ def nat_gateway_count(settings: Settings, zones: int) -> int:
     return 1 if settings.network.nat_gateways == "single" else zones
 
 
-def cost_report(settings: Settings, prices: dict[str, float | None], zones: int) -> CostReport:
-    """`zones`: the cluster's availability zones (a NAT gateway each with `natGateways: perAz`)."""
+def cost_report(
+    settings: Settings, prices: dict[str, float | None], zones: int, capacity: CapacityPlan | None = None
+) -> CostReport:
+    """`zones`: the cluster's availability zones (a NAT gateway each with `natGateways: perAz`);
+    `capacity`: the reservation the GPU nodes run on (planning/reservation.py): an On-Demand Capacity
+    Reservation costs the On-Demand rate for every reserved instance, used or not, parked too; a Capacity
+    Block was paid at purchase, so its nodes add nothing by the hour (and no API tells its price)."""
     system, gpu = settings.system_nodes, settings.gpu_nodes
     nat_gateways = nat_gateway_count(settings, zones)
 
@@ -190,6 +198,25 @@ def cost_report(settings: Settings, prices: dict[str, float | None], zones: int)
     ]
     gpu_key = f"ec2:{gpu.instance_type}"
     desired = 0 if settings.autoscaling.parked else gpu.desired_size
+    if capacity and capacity.block:
+        part = f"GPU nodes ({gpu.instance_type}) on {capacity.what}, paid up front"
+        return CostReport(
+            region=settings.region,
+            serving=(*fixed, CostLine(part, desired, 0.0)),
+            at_most=(*fixed, CostLine(part, gpu.max_size, 0.0)),
+            parked=(*fixed, CostLine(part, 0, 0.0)),
+            notes=(f"{capacity.what} was paid at purchase (EC2 shows its price on the invoice only)",),
+        )
+    if capacity:
+        reserved = line(
+            f"{capacity.what}: {gpu.instance_type} reserved, used or not", capacity.total, gpu_key
+        )
+        return CostReport(
+            region=settings.region,
+            serving=(*fixed, reserved),
+            at_most=(*fixed, reserved),
+            parked=(*fixed, reserved),
+        )
     return CostReport(
         region=settings.region,
         serving=(*fixed, line(f"GPU nodes ({gpu.instance_type})", desired, gpu_key)),

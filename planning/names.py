@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from config import PROJECT, Settings
+from config.base import load_yaml
 from planning.plan import default_cluster_name
 
 
@@ -28,7 +29,7 @@ def stack_files_beside(project_dir: Path, stack: str) -> dict[str, dict[str, Any
         if other == stack:
             continue
         try:
-            config = (yaml.safe_load(path.read_text()) or {}).get("config")
+            config = (load_yaml(path.read_text()) or {}).get("config")
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(config, dict):

@@ -28,6 +28,7 @@ TAG_SECRETS_KEY = f"{PROJECT}/secrets-key"
 TAG_VOLUME_KEY = f"{PROJECT}/volume-key"
 TAG_GPU_SUBNET = f"{PROJECT}/gpu-subnet"
 TAG_INSTALLED = f"{PROJECT}/installed"
+TAG_GPU_CAPACITY = f"{PROJECT}/gpu-capacity"
 
 ZONE_SLOTS = 7
 """Zones a..g get a private block each; the eighth block holds the public subnets."""
@@ -52,6 +53,9 @@ class StackRecord:
     installed: tuple[str, ...] = ()
     """On an existing cluster: the add-ons (`addons` keys) the stack installed there, so a later preview
     does not take them for the team's (planning/addons.py)."""
+    gpu_capacity: str | None = None
+    """What the GPU nodes run on: `on-demand`, or the `gpuNodes.capacityReservation` they target
+    (planning/reservation.py); None in records written before it was kept (On-Demand then)."""
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
@@ -66,6 +70,7 @@ class StackRecord:
             volume_key=tags.get(TAG_VOLUME_KEY) or None,
             gpu_subnet=tags.get(TAG_GPU_SUBNET) or None,
             installed=tuple(tags.get(TAG_INSTALLED, "").split()),
+            gpu_capacity=tags.get(TAG_GPU_CAPACITY) or None,
         )
 
     def tags(self, stack_id: str) -> dict[str, str]:
@@ -77,6 +82,7 @@ class StackRecord:
             (TAG_VOLUME_KEY, self.volume_key),
             (TAG_GPU_SUBNET, self.gpu_subnet),
             (TAG_INSTALLED, " ".join(self.installed)),
+            (TAG_GPU_CAPACITY, self.gpu_capacity),
         ):
             if value:
                 tags[key] = value
@@ -119,7 +125,13 @@ def plan_zones(
     elif recorded:
         zones = sorted(recorded)
     else:
-        zones = offered[: settings.network.max_availability_zones]
+        # Day one: the zones that offer the type, the GPU nodes' own first where it is set (by the stack
+        # file or a reservation's zone), so it is among them.
+        wanted = settings.gpu_nodes.availability_zone
+        first = [wanted] if wanted in offered else []
+        zones = sorted(
+            [*first, *(z for z in offered if z != wanted)][: settings.network.max_availability_zones]
+        )
         if len(zones) < 2:
             problems.append(
                 f"{PROJECT}:gpuNodes.instanceType: {instance} in {settings.region} is offered in "
@@ -148,6 +160,12 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
             problem = f"{key}: {configured} does not offer {instance}; zones that do: {offered or 'none'}"
         elif configured not in zones:
             problem = f"{key}: {configured} is not among the cluster's zones {zones}"
+            if settings.gpu_nodes.capacity_reservation:
+                problem = (
+                    f"{PROJECT}:gpuNodes.capacityReservation: the reservation is in {configured}, which is "
+                    f"not among the cluster's zones {zones}: add it to {PROJECT}:network.availabilityZones "
+                    "(a subnet there; nothing else moves)"
+                )
         else:
             return configured
         raise ConfigError([problem])

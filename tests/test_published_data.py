@@ -153,11 +153,16 @@ def versions_date(version: str) -> datetime.date:
 
 
 class TestHelmValuesAgainstTheCharts:
-    @pytest.mark.parametrize(
-        ("stack", "chart", "version", "values"), releases(), ids=[f"{r[0]}-{r[1]}" for r in releases()]
-    )
-    def test_every_key_we_set_is_one_the_pinned_chart_declares(self, stack, chart, version, values):
-        assert chart_values.errors(chart, version, values) == []
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_every_key_we_set_is_one_the_pinned_chart_declares(self, stack):
+        # By stack, not by release: a parameter per release would run every stack file at collection.
+        found = [
+            f"{chart}: {error}"
+            for name, chart, version, values in releases()
+            if name == stack
+            for error in chart_values.errors(chart, version, values)
+        ]
+        assert found == []
 
     def test_every_chart_we_install_is_indexed_at_its_pinned_version(self):
         charts = {chart: version for _, chart, version, _ in releases()}

@@ -32,6 +32,9 @@ from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import source_pb2
 
+from config.base import load_yaml
+from tests.fakes.capacity import NOW as MOCKED_NOW
+from tests.fakes.capacity import describe as describe_reservations
 from tests.fakes.existing import TeamCluster, description, team_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,6 +271,11 @@ class AwsState:
     """A team's cluster in the region (tests/fakes/existing.py), for `cluster.existingClusterName`."""
     efa_group_tags: dict[str, str] | None = None
     """An existing-cluster stack's record, on its EFA security group (its tags after an `up`)."""
+    reservations: tuple[dict[str, Any], ...] = ()
+    """EC2 capacity reservations of the account (tests/fakes/capacity.py), DescribeCapacityReservations'
+    items."""
+    resource_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Resource group ARN -> the IDs of the capacity reservations in it."""
 
 
 def deployed(run: StackRun, before: AwsState | None = None) -> AwsState:
@@ -514,7 +522,7 @@ def minimal_config(region: str, **sections: dict[str, Any]) -> dict[str, Any]:
 
 def stack_file_config(stack: str = "dev") -> dict[str, Any]:
     """A stack file's config as YAML values (what `ops render` reads)."""
-    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return load_yaml((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
 
 
 def stack_settings(stack: str = "dev", **sections: dict[str, Any]) -> Any:
@@ -655,10 +663,16 @@ def run_stack(
         _PROGRAM = _load_program()
     stack_program = _PROGRAM
     # The program reads a team's cluster's workloads from its Kubernetes API: here, the fake team's.
-    team = (aws or AwsState()).team
+    world = aws or AwsState()
+    team = world.team
     stack_program.cluster_inventory = lambda cluster, region: (  # pyright: ignore[reportAttributeAccessIssue]
         team_inventory(team) if team else "no such cluster"
     )
+    # ... and capacity reservations through the AWS CLI: here, the mocked account's, at its fixed time.
+    stack_program.capacity_reservations = lambda reference, region, profile=None: (  # pyright: ignore[reportAttributeAccessIssue]
+        describe_reservations(world.reservations, world.resource_groups, reference)
+    )
+    stack_program.now = lambda: MOCKED_NOW  # pyright: ignore[reportAttributeAccessIssue]
     run = LAST_RUN = StackRun(
         registrations=monitor.registrations,
         calls=mocks.calls,

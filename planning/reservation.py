@@ -1,0 +1,360 @@
+"""Reserved GPU capacity (`gpuNodes.capacityReservation`): an EC2 Capacity Block for ML or On-Demand
+Capacity Reservations, as EC2 describes them (DescribeCapacityReservations), and what the GPU node group
+does with them. `plan_capacity` refuses, before any resource, whatever cannot work, saying what to do.
+
+What it rests on (read in EKS's and EC2's documentation; docs/design.md "Reserved GPU capacity"):
+- A managed node group on a Capacity Block has capacity type CAPACITY_BLOCK and a launch template with
+  market type `capacity-block`, the block's ID as its reservation target and the instance type (then the
+  group names none); EKS rejects it otherwise. Its subnets must be in the block's zone. EKS scales the
+  group to 0 forty minutes before the block ends; EC2 stops the instances 30 minutes before.
+- A launch that targets a reservation runs in it or fails: with no room left it never falls back to
+  On-Demand. So every GPU node the group may have (maxSize) must fit in the reservation.
+- Capacity Blocks are placed in EC2 UltraClusters; a cluster placement group on top only adds
+  insufficient-capacity errors (AWS ParallelCluster refuses the combination). An On-Demand Capacity
+  Reservation made in a cluster placement group serves launches into that group; one made outside any
+  serves none of ours, and EC2 cannot move a reservation into a group afterwards.
+- A reservation that has not started has no capacity ("before a Capacity Block begins, the available
+  capacity appears as zero"): no node launches until it does.
+- Billing: an On-Demand Capacity Reservation at the On-Demand rate for every reserved instance, used or
+  not; a Capacity Block up front at purchase (no API shows its price afterwards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from config import PROJECT, ConfigError, Settings
+
+KEY = f"{PROJECT}:gpuNodes.capacityReservation"
+BLOCK = "capacity-block"
+LINUX = "Linux/UNIX"
+NOT_STARTED = frozenset({"scheduled", "payment-pending", "pending", "assessing", "delayed"})
+"""States of a reservation that may still become active (EC2's CapacityReservationState)."""
+ENDING_SOON = timedelta(hours=24)
+"""A reservation ending within this is a preview warning."""
+EKS_SCALES_DOWN_BEFORE_END = timedelta(minutes=40)
+"""EKS's own scheduled action empties a Capacity Block's node group this long before the block ends."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One capacity reservation, as DescribeCapacityReservations gives it."""
+
+    id: str
+    kind: str
+    """`capacity-block` or `default` (an On-Demand Capacity Reservation)."""
+    instance_type: str
+    zone: str
+    total: int
+    available: int
+    state: str
+    start: datetime | None
+    end: datetime | None
+    """None: no end date (EndDateType `unlimited`)."""
+    platform: str = LINUX
+    tenancy: str = "default"
+    placement_group: str | None = None
+    """The name of the cluster placement group it was made in, if any."""
+
+    @classmethod
+    def from_api(cls, item: Mapping[str, Any]) -> Reservation:
+        group_arn = item.get("PlacementGroupArn") or ""
+        return cls(
+            id=item["CapacityReservationId"],
+            kind=item.get("ReservationType") or "default",
+            instance_type=item["InstanceType"],
+            zone=item["AvailabilityZone"],
+            total=int(item.get("TotalInstanceCount") or 0),
+            available=int(item.get("AvailableInstanceCount") or 0),
+            state=item["State"],
+            start=_timestamp(item.get("StartDate")),
+            end=_timestamp(item.get("EndDate")) if item.get("EndDateType") != "unlimited" else None,
+            platform=item.get("InstancePlatform") or LINUX,
+            tenancy=item.get("Tenancy") or "default",
+            placement_group=group_arn.rsplit("/", 1)[-1] or None,
+        )
+
+    @property
+    def block(self) -> bool:
+        return self.kind == BLOCK
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """The reservation the GPU node group targets, and what preview says about it."""
+
+    reference: str
+    """`gpuNodes.capacityReservation` as given: a reservation's ID or a resource group's ARN."""
+    reservations: tuple[Reservation, ...]
+    placement_group: str | None
+    """The cluster placement group the nodes launch into: the reservation's, or none."""
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def block(self) -> bool:
+        return self.reservations[0].block
+
+    @property
+    def instance_type(self) -> str:
+        return self.reservations[0].instance_type
+
+    @property
+    def zone(self) -> str:
+        return self.reservations[0].zone
+
+    @property
+    def total(self) -> int:
+        return sum(r.total for r in self.reservations)
+
+    @property
+    def ends(self) -> datetime | None:
+        """When the first of them ends (None: none ends)."""
+        return min((r.end for r in self.reservations if r.end), default=None)
+
+    @property
+    def capacity_type(self) -> str:
+        """The node group's capacity type (EKS's)."""
+        return "CAPACITY_BLOCK" if self.block else "ON_DEMAND"
+
+    @property
+    def group(self) -> bool:
+        """A resource group of reservations rather than one reservation."""
+        return self.reference.startswith("arn:")
+
+    @property
+    def what(self) -> str:
+        kind = "Capacity Block" if self.block else "On-Demand Capacity Reservation"
+        if self.group:
+            ids = ", ".join(r.id for r in self.reservations)
+            return f"resource group {self.reference.rsplit('/', 1)[-1]} ({kind}s {ids})"
+        return f"{kind} {self.reference}"
+
+    def record(self) -> str:
+        """What the stack keeps of it (planning/zones.py StackRecord.gpu_capacity)."""
+        return self.reference
+
+
+ON_DEMAND = "on-demand"
+"""The record of a GPU node group on no reservation."""
+
+
+def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: datetime) -> CapacityPlan:
+    """Whether the GPU node group can run on `reservations` (what `gpuNodes.capacityReservation` names);
+    ConfigError with every reason it cannot."""
+    reference = settings.gpu_nodes.capacity_reservation
+    assert reference
+    gpu = settings.gpu_nodes
+    parked = settings.autoscaling.parked
+    if not reservations:
+        raise ConfigError([f"{KEY}: resource group {reference} holds no capacity reservations"])
+    problems: list[str] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    if reference.startswith("arn:"):
+        blocks = [r.id for r in reservations if r.block]
+        if blocks:
+            problems.append(
+                f"{KEY}: resource group {reference} holds Capacity Blocks ({', '.join(blocks)}); EKS runs a "
+                "node group on one block, named by its ID: set the block's ID"
+            )
+        for attribute, what in (("instance_type", "instance types"), ("zone", "zones")):
+            found = sorted({getattr(r, attribute) for r in reservations})
+            if len(found) > 1:
+                problems.append(
+                    f"{KEY}: the reservations of resource group {reference} are in several {what} "
+                    f"({', '.join(found)}); the GPU nodes are one type in one zone: group only those"
+                )
+        if problems:
+            raise ConfigError(problems)
+    first = reservations[0]
+    name = reference if not reference.startswith("arn:") else f"resource group {reference}"
+    if first.instance_type != gpu.instance_type:
+        problems.append(
+            f"{KEY}: {name} reserves {first.instance_type}, not {PROJECT}:gpuNodes.instanceType "
+            f"{gpu.instance_type}: set gpuNodes.instanceType: {first.instance_type}, or name a reservation "
+            f"of {gpu.instance_type}"
+        )
+    for r in reservations:
+        if r.platform != LINUX:
+            problems.append(f"{KEY}: {r.id} reserves {r.platform} instances; the GPU nodes run {LINUX}")
+        if r.tenancy != "default":
+            problems.append(
+                f"{KEY}: {r.id} reserves {r.tenancy} tenancy; the GPU nodes launch with default tenancy"
+            )
+    if gpu.availability_zone and gpu.availability_zone != first.zone:
+        problems.append(
+            f"{KEY}: {name} is in {first.zone}, not {PROJECT}:gpuNodes.availabilityZone "
+            f"{gpu.availability_zone}: remove gpuNodes.availabilityZone (the reservation's zone is used)"
+        )
+    total = sum(r.total for r in reservations)
+    for size, value in (("desiredSize", gpu.desired_size), ("maxSize", gpu.max_size)):
+        if value > total:
+            problems.append(
+                f"{KEY}: {name} reserves {total} x {first.instance_type}, fewer than "
+                f"{PROJECT}:gpuNodes.{size} {value}; a launch that targets a reservation never falls back "
+                f"to On-Demand, so the nodes beyond it would never start: set gpuNodes.{size} to at most "
+                f"{total}, or reserve more"
+            )
+    for r in reservations:
+        problems += _state_problems(r, parked, now, notes)
+    placement = _placement_group(reservations, problems, warnings)
+    if problems:
+        raise ConfigError(problems)
+    plan = CapacityPlan(reference, tuple(reservations), placement)
+    ends = plan.ends
+    if ends and now < ends <= now + ENDING_SOON:
+        warnings.append(_ending(plan, ends, now))
+    notes.insert(0, coverage(plan, settings, now))
+    if plan.block:
+        notes.append(
+            f"{plan.what}: EKS updates a node group on a block only at desired size 0, so before an up that "
+            "rolls the GPU nodes (an AMI release, the Kubernetes version, the disk size) park the stack "
+            "(autoscaling.parked: true), then unpark"
+        )
+    return CapacityPlan(reference, tuple(reservations), placement, tuple(notes), tuple(warnings))
+
+
+def _state_problems(r: Reservation, parked: bool, now: datetime, notes: list[str]) -> list[str]:
+    kind = "Capacity Block" if r.block else "capacity reservation"
+    if r.state == "active":
+        return []
+    if r.state in NOT_STARTED:
+        starts = f" starts {_when(r.start, now)}" if r.start else ""
+        if parked:
+            notes.append(
+                f"{r.id} is {r.state}:{starts or ' not active yet'}; the stack is parked until then: set "
+                "autoscaling.parked: false and `pulumi up` once it is active"
+            )
+            return []
+        return [
+            f"{KEY}: {kind} {r.id} is {r.state} and has no capacity yet{starts and ','}{starts}; no GPU node "
+            "can launch before that. Set autoscaling.parked: true (and gpuNodes.minSize: 0) to deploy "
+            "everything else now, and false once it is active"
+        ]
+    ended = f" (it ended {_when(r.end, now)})" if r.end and r.state == "expired" else ""
+    return [
+        f"{KEY}: {kind} {r.id} is {r.state}{ended}, so no node can run on it: name a reservation that is "
+        "active or scheduled, or remove gpuNodes.capacityReservation to run On-Demand"
+    ]
+
+
+def _placement_group(
+    reservations: Sequence[Reservation], problems: list[str], warnings: list[str]
+) -> str | None:
+    if reservations[0].block:
+        return None  # placed in an UltraCluster; a cluster placement group only adds capacity errors
+    groups = sorted({r.placement_group or "" for r in reservations})
+    if len(groups) > 1:
+        problems.append(
+            f"{KEY}: the reservations are in different placement groups "
+            f"({', '.join(g or 'none' for g in groups)}); the GPU nodes launch into one"
+        )
+        return None
+    if not groups[0]:
+        warnings.append(
+            f"{KEY}: {', '.join(r.id for r in reservations)} was not made in a cluster placement group, so "
+            "the GPU nodes launch into none (a group of the stack's own would find no reserved room in it): "
+            "EFA works across the zone, with more latency between the nodes. EC2 cannot move a reservation "
+            "into a placement group; a new one made in a cluster placement group gets it"
+        )
+    return groups[0] or None
+
+
+def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
+    """How many GPU nodes run on the reservation, how many of it stay idle, what it costs, when it ends."""
+    gpu = settings.gpu_nodes
+    running = 0 if settings.autoscaling.parked else gpu.desired_size
+    idle = plan.total - running
+    window = (
+        f"{_day(plan.reservations[0].start)} to {_day(plan.ends)} ({_left(plan.ends, now)})"
+        if plan.ends
+        else "no end date"
+    )
+    billing = (
+        "paid up front at purchase, used or not"
+        if plan.block
+        else f"billed at the On-Demand rate for all {plan.total}, used or not"
+    )
+    parked = settings.autoscaling.parked
+    running_text = "parked: no GPU node runs on it" if parked else f"{running} GPU node(s) run on it"
+    return (
+        f"GPU capacity: {plan.what}: {plan.total} x {plan.instance_type} in {plan.zone}, {window}; "
+        f"{running_text}, {idle} reserved stay idle, none On-Demand (up to {gpu.max_size} at maxSize, all "
+        f"on it); {billing}"
+    )
+
+
+def _ending(plan: CapacityPlan, ends: datetime, now: datetime) -> str:
+    if plan.block:
+        return (
+            f"{KEY}: {plan.what} ends {_when(ends, now)}: EKS scales the GPU nodes to 0 forty minutes "
+            "before and EC2 stops them 30 minutes before, so serving stops. Extend the block (`aws ec2 "
+            "purchase-capacity-block-extension`) or move to other capacity before then"
+        )
+    return (
+        f"{KEY}: {plan.what} ends {_when(ends, now)}: running nodes go on On-Demand, but a launch that "
+        "targets it fails after that (a replaced or added GPU node would not start): extend it or remove "
+        "gpuNodes.capacityReservation"
+    )
+
+
+def _day(when: datetime | None) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if when else "?"
+
+
+def _left(until: datetime | None, now: datetime) -> str:
+    if until is None:
+        return "no end"
+    seconds = (until - now).total_seconds()
+    if seconds <= 0:
+        return "ended"
+    days, rest = divmod(int(seconds), 86400)
+    return f"{days} d {rest // 3600} h left" if days else f"{rest // 3600} h {rest % 3600 // 60} min left"
+
+
+def _when(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "at an unknown time"
+    if when <= now:
+        return f"at {_day(when)}"
+    return f"at {_day(when)} ({_left(when, now).removesuffix(' left')} from now)"
+
+
+def reservations_from_api(answer: Mapping[str, Any]) -> list[Reservation]:
+    """DescribeCapacityReservations' answer (`aws ec2 describe-capacity-reservations --output json`)."""
+    return [Reservation.from_api(item) for item in answer.get("CapacityReservations") or []]
+
+
+def reservation_ids(group_resources: Mapping[str, Any]) -> list[str]:
+    """The capacity reservations of a resource group (`aws resource-groups list-group-resources`)."""
+    found = []
+    for item in group_resources.get("Resources") or group_resources.get("ResourceIdentifiers") or []:
+        arn = (item.get("Identifier") or item).get("ResourceArn", "")
+        if ":capacity-reservation/" in arn:
+            found.append(arn.rsplit("/", 1)[-1])
+    return sorted(found)
+
+
+def capacity_change_warnings(settings: Settings, recorded: str | None) -> tuple[str, ...]:
+    """A warning when the GPU nodes move on, off or between reservations: their node group is replaced,
+    or EKS rolls its nodes onto the new launch template."""
+    now = settings.gpu_nodes.capacity_reservation or ON_DEMAND
+    before = recorded or ON_DEMAND
+    if before == now:
+        return ()
+    return (
+        f"{KEY}: the GPU nodes run on {before}, this up moves them to {now}: they are replaced (a new node "
+        "group, or EKS rolling the nodes onto the new launch template), so serving stops until new nodes "
+        "serve; park first (autoscaling.parked) to do it at a quiet time",
+    )

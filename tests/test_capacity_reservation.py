@@ -1,0 +1,538 @@
+"""Reserved GPU capacity (issue 31): with `gpuNodes.capacityReservation` the program reads the reservation
+(tests/fakes/capacity.py: EC2's answers in the mocked account, whose clock stands still) and the GPU node
+group targets it, in its zone, with what EKS requires of a Capacity Block; every contradiction is refused
+before any resource, naming the key and what to do; the preview logs the coverage, the cost and the end;
+and a Capacity Block's end is an alert that promtool proves.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from config import ConfigError
+from manifests.observability import alert_rules
+from planning.cost import cost_report
+from planning.reservation import Reservation, plan_capacity, reservations_from_api
+from tests.fakes import pulumi as fakes
+from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
+from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_settings
+from tests.test_observability import promtool
+
+TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+PLACEMENT = "aws:ec2/placementGroup:PlacementGroup"
+ARN_PREFIX = "arn:aws:ec2:us-east-1:123456789012"
+P5 = {"instanceType": "p5.48xlarge", "minSize": 0, "desiredSize": 2, "maxSize": 2}
+
+
+def on(
+    *reservations: dict[str, Any], groups: dict[str, tuple[str, ...]] | None = None, **aws: Any
+) -> AwsState:
+    return AwsState(reservations=reservations, resource_groups=groups or {}, **aws)
+
+
+def odcr_run(*reservations: dict[str, Any], stack: str = "prod", **gpu: Any) -> StackRun:
+    """The prod example (us-east-1, 3 x g6.8xlarge) on an On-Demand Capacity Reservation."""
+    found = reservations or (reservation(total=3, available=3),)
+    return run_stack(
+        stack=stack,
+        overrides={"gpuNodes": {"capacityReservation": ODCR_ID, **gpu}},
+        aws=on(*found),
+    )
+
+
+def block_run(*reservations: dict[str, Any], stack: str = "prod", **overrides: dict[str, Any]) -> StackRun:
+    """The prod example on a Capacity Block of two p5.48xlarge, one prefill and one decode worker."""
+    sections = {
+        "gpuNodes": {"capacityReservation": BLOCK_ID, **P5, **overrides.pop("gpuNodes", {})},
+        "model": {"prefillReplicas": 1, "decodeReplicas": 1},
+        **overrides,
+    }
+    return run_stack(stack=stack, overrides=sections, aws=on(*(reservations or (block(),))))
+
+
+def refused(run, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(ConfigError) as raised:
+        run(*args, **kwargs)
+    assert fakes.LAST_RUN is not None and fakes.LAST_RUN.registrations == [], "refused before any resource"
+    return str(raised.value)
+
+
+def gpu_template(run: StackRun) -> dict[str, Any]:
+    return next(r for r in run.of_type(TEMPLATE) if r.name.startswith("gpu")).inputs
+
+
+def gpu_group(run: StackRun) -> dict[str, Any]:
+    return next(r for r in run.of_type(NODE_GROUP) if r.name.startswith("gpu")).inputs
+
+
+@pytest.fixture(scope="module")
+def odcr() -> StackRun:
+    return odcr_run()
+
+
+@pytest.fixture(scope="module")
+def capacity_block() -> StackRun:
+    return block_run()
+
+
+class TestTheGpuNodesTargetIt:
+    def test_an_odcr_is_targeted_by_id_on_demand_in_its_zone(self, odcr):
+        template, group = gpu_template(odcr), gpu_group(odcr)
+        assert template["capacityReservationSpecification"] == {
+            "capacityReservationTarget": {"capacityReservationId": ODCR_ID}
+        }
+        assert "instanceMarketOptions" not in template
+        assert group["capacityType"] == "ON_DEMAND" and group["instanceTypes"] == ["g6.8xlarge"]
+        assert group["subnetIds"] == ["subnet/network-private-us-east-1b"]
+        assert odcr.exports["gpuAvailabilityZone"] == "us-east-1b"
+        assert not odcr.of_type("eks:index:ManagedNodeGroup") or all(
+            not r.name.startswith("gpu") for r in odcr.of_type("eks:index:ManagedNodeGroup")
+        )
+
+    def test_its_nodes_get_efa_on_every_card_in_the_cluster_security_group_and_the_hardening(self, odcr):
+        template = gpu_template(odcr)
+        (card,) = template["networkInterfaces"]  # g6.8xlarge: one network card
+        assert card["interfaceType"] == "efa" and card["securityGroups"] == ["sg-cluster"]
+        assert template["metadataOptions"]["httpPutResponseHopLimit"] == 1
+        assert template["blockDeviceMappings"][0]["ebs"]["encrypted"] == "true"
+        assert gpu_group(odcr)["taints"][0]["key"] == "nvidia.com/gpu"
+
+    def test_an_odcr_outside_a_placement_group_gets_none_and_says_so(self, odcr):
+        assert "placement" not in gpu_template(odcr) and not odcr.of_type(PLACEMENT)
+        assert any("not made in a cluster placement group" in w for w in odcr.warnings)
+
+    def test_an_odcr_in_a_placement_group_launches_into_that_group(self):
+        run = odcr_run(reservation(total=3, placement_group="gpu-cluster"))
+        assert gpu_template(run)["placement"] == {"groupName": "gpu-cluster"}
+        assert not run.of_type(PLACEMENT)
+        assert not any("placement group" in w for w in run.warnings)
+
+    def test_a_capacity_block_as_eks_requires_it_without_a_placement_group(self, capacity_block):
+        template, group = gpu_template(capacity_block), gpu_group(capacity_block)
+        assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
+        assert template["instanceType"] == "p5.48xlarge"
+        assert template["capacityReservationSpecification"]["capacityReservationTarget"] == {
+            "capacityReservationId": BLOCK_ID
+        }
+        assert len(template["networkInterfaces"]) == 32  # p5.48xlarge's network cards, an EFA each
+        assert group["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in group
+        assert "placement" not in template and not capacity_block.of_type(PLACEMENT)
+
+    def test_a_resource_group_is_targeted_by_its_arn(self):
+        members = (reservation(total=2), reservation("cr-0dc70000000000002", total=1))
+        run = run_stack(
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
+            aws=on(*members, groups={GROUP_ARN: ("cr-0dc70000000000001", "cr-0dc70000000000002")}),
+        )
+        assert gpu_template(run)["capacityReservationSpecification"]["capacityReservationTarget"] == {
+            "capacityReservationResourceGroupArn": GROUP_ARN
+        }
+        assert any("3 x g6.8xlarge" in i for i in run.infos)
+
+    def test_on_an_existing_cluster_the_block_and_its_zone(self):
+        run = block_run(stack="byo.example", gpuNodes={"desiredSize": 2})
+        group = gpu_group(run)
+        assert group["capacityType"] == "CAPACITY_BLOCK"
+        assert group["subnetIds"] == ["subnet-0bb0000000000000b"]  # the team's private subnet in zone b
+        efa = next(r for r in run.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-efa"))
+        assert efa.inputs["tags"]["ray-llm-eks/gpu-capacity"] == BLOCK_ID
+        assert not run.of_type(PLACEMENT)
+
+    def test_without_a_reservation_nothing_changes(self):
+        dev = run_stack()
+        assert dev.one("eks:index:ManagedNodeGroup", "gpu-nodes").inputs["enableEfaSupport"] is True
+        assert not any(r.name.startswith("gpu") for r in dev.of_type(NODE_GROUP))
+
+
+class TestZones:
+    def test_the_first_up_puts_a_subnet_in_the_reservations_zone(self):
+        """Two zones at most, and the reservation in the region's fourth: the cluster takes it."""
+        run = run_stack(
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}, "network": {"maxAvailabilityZones": 2}},
+            aws=on(reservation(zone="us-east-1d", total=3)),
+        )
+        assert run.exports["clusterZones"] == ["us-east-1a", "us-east-1d"]
+        assert run.exports["gpuAvailabilityZone"] == "us-east-1d"
+
+    def test_a_deployed_stack_without_a_subnet_there_is_refused_with_the_key_to_set(self):
+        smaller = {"network": {"maxAvailabilityZones": 2}}
+        before = deployed(run_stack(stack="prod", overrides=smaller))
+        message = refused(
+            run_stack,
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}, **smaller},
+            aws=replace(before, reservations=(reservation(zone="us-east-1d", total=3),)),
+        )
+        assert "the reservation is in us-east-1d" in message and "network.availabilityZones" in message
+
+    def test_moving_onto_a_reservation_warns_that_the_gpu_nodes_are_replaced(self):
+        before = deployed(run_stack(stack="prod"))
+        assert before.vpc_tags and before.vpc_tags["ray-llm-eks/gpu-capacity"] == "on-demand"
+        run = run_stack(
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}},
+            aws=replace(before, reservations=(reservation(zone="us-east-1a", total=3),)),
+        )
+        assert any("moves them to cr-0dc70000000000001" in w and "replaced" in w for w in run.warnings)
+        again = run_stack(
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}},
+            aws=replace(deployed(run), reservations=(reservation(zone="us-east-1a", total=3),)),
+        )
+        assert not any("moves them" in w for w in again.warnings)
+
+
+class TestRefusedAtPreview:
+    def test_an_id_ec2_does_not_know(self):
+        message = refused(odcr_run, reservation("cr-0dc70000000000009"))
+        assert (
+            "gpuNodes.capacityReservation" in message and "InvalidCapacityReservationId.NotFound" in message
+        )
+
+    def test_another_instance_type(self):
+        message = refused(odcr_run, reservation(instance_type="g6e.8xlarge", total=3))
+        assert "reserves g6e.8xlarge, not ray-llm-eks:gpuNodes.instanceType g6.8xlarge" in message
+        assert "set gpuNodes.instanceType: g6e.8xlarge" in message
+
+    def test_another_zone_than_the_stack_file_pins(self):
+        message = refused(odcr_run, reservation(total=3), availabilityZone="us-east-1a")
+        assert "is in us-east-1b, not ray-llm-eks:gpuNodes.availabilityZone us-east-1a" in message
+
+    @pytest.mark.parametrize(("size", "value"), [("desiredSize", 3), ("maxSize", 4)])
+    def test_more_nodes_than_reserved(self, size, value):
+        sizes = {"minSize": 0, "desiredSize": 2, "maxSize": 3, size: value}
+        message = refused(odcr_run, reservation(total=2), **sizes)
+        assert f"reserves 2 x g6.8xlarge, fewer than ray-llm-eks:gpuNodes.{size} {value}" in message
+        assert "never falls back to On-Demand" in message and f"gpuNodes.{size} to at most 2" in message
+
+    @pytest.mark.parametrize("state", ["expired", "cancelled", "payment-failed"])
+    def test_a_block_that_has_ended_or_failed(self, state):
+        message = refused(block_run, block(state=state, end=NOW - timedelta(hours=3)))
+        assert f"Capacity Block {BLOCK_ID} is {state}" in message and "no node can run on it" in message
+
+    def test_a_block_that_has_not_started_unless_parked(self):
+        later = block(
+            state="scheduled", start=NOW + timedelta(days=2), end=NOW + timedelta(days=9), available=0
+        )
+        message = refused(block_run, later)
+        assert "is scheduled and has no capacity yet, starts at 2026-12-04 12:00 UTC" in message
+        assert "autoscaling.parked: true" in message
+        parked = block_run(later, autoscaling={"parked": True})
+        assert any("parked until then" in i for i in parked.infos)
+        assert gpu_group(parked)["capacityType"] == "CAPACITY_BLOCK"
+
+    def test_a_group_with_a_block_or_of_several_types(self):
+        blocks = refused(
+            run_stack,
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": GROUP_ARN, **P5}},
+            aws=on(block(), groups={GROUP_ARN: (BLOCK_ID,)}),
+        )
+        assert "holds Capacity Blocks" in blocks and "set the block's ID" in blocks
+        mixed = refused(
+            run_stack,
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
+            aws=on(
+                reservation(total=2),
+                reservation("cr-0dc70000000000002", instance_type="g6e.8xlarge"),
+                groups={GROUP_ARN: (ODCR_ID, "cr-0dc70000000000002")},
+            ),
+        )
+        assert "several instance types (g6.8xlarge, g6e.8xlarge)" in mixed
+
+    def test_an_empty_group(self):
+        message = refused(
+            run_stack,
+            stack="prod",
+            overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
+            aws=on(groups={GROUP_ARN: ()}),
+        )
+        assert "holds no capacity reservations" in message
+
+    def test_not_linux_or_not_default_tenancy(self):
+        message = refused(odcr_run, reservation(total=3, InstancePlatform="Windows", Tenancy="dedicated"))
+        assert "reserves Windows instances" in message and "reserves dedicated tenancy" in message
+
+    def test_a_reference_that_is_neither_an_id_nor_a_group_or_another_regions_group(self):
+        with pytest.raises(ConfigError, match="is neither a capacity reservation ID"):
+            stack_settings("prod", gpuNodes={"capacityReservation": "cr-123"})
+        with pytest.raises(ConfigError, match="the resource group is in eu-west-1, not aws:region us-east-1"):
+            stack_settings(
+                "prod",
+                gpuNodes={"capacityReservation": "arn:aws:resource-groups:eu-west-1:123456789012:group/gpus"},
+            )
+
+
+class TestThePreviewSays:
+    def test_coverage_cost_and_end_of_a_block(self, capacity_block):
+        (line,) = [i for i in capacity_block.infos if i.startswith("GPU capacity")]
+        assert f"Capacity Block {BLOCK_ID}: 2 x p5.48xlarge in us-east-1b" in line
+        assert "2026-12-01 12:00 UTC to 2026-12-08 12:00 UTC (6 d 0 h left)" in line
+        assert "2 GPU node(s) run on it, 0 reserved stay idle, none On-Demand" in line
+        assert "paid up front at purchase" in line
+        (cost,) = [i for i in capacity_block.infos if i.startswith("hourly on-demand cost")]
+        assert "on Capacity Block cr-0b10c0000000000a1, paid up front: 2 x $0.0000 = $0.00/h" in cost
+        assert "price on the invoice only" in cost
+        assert any("park the stack" in i for i in capacity_block.infos)  # EKS updates a block's group at 0
+
+    def test_an_odcr_costs_every_reserved_instance_even_parked(self):
+        run = odcr_run(reservation(total=3), minSize=0, desiredSize=1, maxSize=3)
+        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        assert "1 GPU node(s) run on it, 2 reserved stay idle" in line and "used or not" in line
+        settings = stack_settings(
+            "prod", gpuNodes={"capacityReservation": ODCR_ID, "minSize": 0, "desiredSize": 1}
+        )
+        found = reservations_from_api({"CapacityReservations": [reservation(total=3)]})
+        report = cost_report(settings, {"ec2:g6.8xlarge": 2.0}, 3, plan_capacity(settings, found, NOW))
+        reserved = (report.serving[-1], report.at_most[-1], report.parked[-1])
+        assert [(line.count, line.hourly) for line in reserved] == [(3, 6.0)] * 3
+
+    def test_parked_the_reservation_is_idle(self):
+        parked = run_stack(
+            stack="prod",
+            overrides={
+                "gpuNodes": {"capacityReservation": ODCR_ID, "minSize": 0},
+                "autoscaling": {"parked": True},
+            },
+            aws=on(reservation(total=3)),
+        )
+        (line,) = [i for i in parked.infos if i.startswith("GPU capacity")]
+        assert "parked: no GPU node runs on it, 3 reserved stay idle" in line
+
+    @pytest.mark.parametrize(("left", "warned"), [(timedelta(hours=5), True), (timedelta(days=2), False)])
+    def test_a_block_ending_soon_is_a_warning(self, left, warned):
+        run = block_run(block(end=NOW + left))
+        said = [w for w in run.warnings if "EKS scales the GPU nodes to 0 forty minutes before" in w]
+        assert bool(said) is warned
+        if warned:
+            assert "ends at 2026-12-02 17:00 UTC (5 h 0 min from now)" in said[0]
+            assert "purchase-capacity-block-extension" in said[0]
+
+
+class TestTheBlockEndsAlert:
+    def rules(self, capacity_block: StackRun) -> list[dict[str, Any]]:
+        rule = next(r for r in capacity_block.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule"))
+        return rule.inputs["spec"]["groups"]
+
+    def test_only_a_block_has_it(self, capacity_block, odcr):
+        alerts = [r["alert"] for g in self.rules(capacity_block) for r in g["rules"]]
+        assert "CapacityBlockEnding" in alerts
+        assert "CapacityBlockEnding" not in [r["alert"] for g in self.rules(odcr) for r in g["rules"]]
+
+    def test_promtool_fires_it_in_the_last_two_hours_while_gpu_nodes_run(self, tmp_path: Path):
+        """The block ends 3 hours into promtool's clock: quiet at 30 min, firing at 1 h 30 min with the
+        time left, quiet again after the end, and quiet without GPU nodes (parked)."""
+        settings = stack_settings("prod", gpuNodes={"capacityReservation": BLOCK_ID, **P5})
+        from datetime import UTC, datetime
+
+        start = datetime.fromtimestamp(0, UTC)
+        found = Reservation.from_api(block(start=start, end=start + timedelta(hours=3)))
+        plan = plan_capacity(replace_settings(settings), [found], start + timedelta(minutes=1))
+        groups = alert_rules(settings, plan)
+        (rule,) = [r for g in groups for r in g["rules"] if r["alert"] == "CapacityBlockEnding"]
+        (tmp_path / "rules.yaml").write_text(
+            yaml.safe_dump({"groups": [{"name": "capacity", "rules": [rule]}]})
+        )
+        check = subprocess.run(
+            [promtool(), "check", "rules", "rules.yaml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        labels = {"severity": "warning", "reservation": BLOCK_ID}
+        tests = {
+            "rule_files": ["rules.yaml"],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [{"series": 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}', "values": "50x300"}],
+                    "alert_rule_test": [
+                        {"eval_time": "30m", "alertname": "CapacityBlockEnding", "exp_alerts": []},
+                        {
+                            "eval_time": "90m",
+                            "alertname": "CapacityBlockEnding",
+                            "exp_alerts": [
+                                {
+                                    "exp_labels": labels,
+                                    "exp_annotations": {
+                                        "summary": f"Capacity Block {BLOCK_ID} ends in 1h 30m 0s",
+                                        "description": rule["annotations"]["description"],
+                                    },
+                                }
+                            ],
+                        },
+                        {"eval_time": "190m", "alertname": "CapacityBlockEnding", "exp_alerts": []},
+                    ],
+                },
+                {
+                    "interval": "1m",
+                    "input_series": [{"series": "up", "values": "1x300"}],
+                    "alert_rule_test": [
+                        {"eval_time": "90m", "alertname": "CapacityBlockEnding", "exp_alerts": []}
+                    ],
+                },
+            ],
+        }
+        (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+        result = subprocess.run(
+            [promtool(), "test", "rules", "tests.yaml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def replace_settings(settings: Any) -> Any:
+    """Settings whose GPU zone is the reservation's, as the program pins it."""
+    return settings.model_copy(
+        update={"gpu_nodes": settings.gpu_nodes.model_copy(update={"availability_zone": "us-east-1b"})}
+    )
+
+
+class TestTheProgramReadsEc2:
+    """`__main__.capacity_reservations` itself (the mocks answer for it elsewhere): the AWS CLI's
+    commands, the stack's profile, and an error of AWS's as a refusal naming the key."""
+
+    @pytest.fixture
+    def program(self, monkeypatch):
+        from tests.fakes.pulumi import _load_program
+
+        asked: list[list[str]] = []
+        answers: dict[str, subprocess.CompletedProcess[str]] = {}
+
+        def run(command, **_):
+            asked.append(command)
+            for verb, answer in answers.items():
+                if verb in command:
+                    return answer
+            raise AssertionError(command)
+
+        monkeypatch.setattr(subprocess, "run", run)
+        return _load_program(), asked, answers
+
+    def test_a_reservation_by_id_as_the_profile_asks(self, program):
+        module, asked, answers = program
+        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
+            [], 0, json.dumps({"CapacityReservations": [block()]}), ""
+        )
+        (found,) = module.capacity_reservations(BLOCK_ID, "us-east-1", "platform")
+        assert found.block and found.total == 2 and found.end == NOW + timedelta(days=6)
+        assert asked == [
+            [
+                "aws",
+                "--profile",
+                "platform",
+                "--region",
+                "us-east-1",
+                "ec2",
+                "describe-capacity-reservations",
+                "--capacity-reservation-ids",
+                BLOCK_ID,
+                "--output",
+                "json",
+            ]
+        ]
+
+    def test_a_group_lists_its_members_first(self, program):
+        module, asked, answers = program
+        answers["list-group-resources"] = subprocess.CompletedProcess(
+            [],
+            0,
+            json.dumps(
+                {
+                    "Resources": [
+                        {
+                            "Identifier": {
+                                "ResourceArn": f"{ARN_PREFIX}:capacity-reservation/{ODCR_ID}",
+                                "ResourceType": "AWS::EC2::CapacityReservation",
+                            }
+                        }
+                    ]
+                }
+            ),
+            "",
+        )
+        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
+            [], 0, json.dumps({"CapacityReservations": [reservation()]}), ""
+        )
+        (found,) = module.capacity_reservations(GROUP_ARN, "us-east-1")
+        assert found.id == ODCR_ID and not found.block
+        assert asked[0][3:6] == ["resource-groups", "list-group-resources", "--group"]
+        assert asked[1][-3:] == [ODCR_ID, "--output", "json"]
+
+    def test_aws_refusing_is_a_refusal_naming_the_key(self, program):
+        module, _, answers = program
+        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
+            [],
+            254,
+            "",
+            "\nAn error occurred (UnauthorizedOperation) when calling the DescribeCapacityReservations",
+        )
+        with pytest.raises(
+            ConfigError, match=r"gpuNodes\.capacityReservation: EC2 in us-east-1 does not describe"
+        ):
+            module.capacity_reservations(ODCR_ID, "us-east-1")
+
+    def test_no_aws_cli(self, program, monkeypatch):
+        module, _, _ = program
+
+        def missing(*_: Any, **__: Any):
+            raise FileNotFoundError("aws")
+
+        monkeypatch.setattr(subprocess, "run", missing)
+        with pytest.raises(ConfigError, match="cannot run the AWS CLI"):
+            module.capacity_reservations(ODCR_ID, "us-east-1")
+
+
+def test_ops_plan_mocks_the_reservation_and_says_so(tmp_path: Path, capsys):
+    from ops.cli import main
+    from tests.fakes.pulumi import ROOT
+
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    stack["config"]["ray-llm-eks:gpuNodes"]["capacityReservation"] = ODCR_ID
+    (tmp_path / "Pulumi.reserved.yaml").write_text(yaml.safe_dump(stack))
+    assert main(["plan", "--stack", "reserved", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"Reservation {ODCR_ID} is mocked too" in out
+    assert "reserved, used or not: 3 x" in out
+
+
+def test_preflight_does_not_fail_on_the_gpu_quota_a_reservation_makes_moot():
+    from ops.preflight import format_findings, preflight
+    from tests.test_first_hour import IDENTITY, ZONES, answers, quota
+
+    run = answers(
+        {
+            "pulumi version": (0, "v3.200.0\n", ""),
+            "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
+            "aws sts": (0, IDENTITY, ""),
+            "aws ec2 describe-availability-zones": (0, ZONES, ""),
+            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-417A185B": quota(0),
+            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-1216C47A": quota(640),
+        }
+    )
+    on_demand = stack_settings("prod", gpuNodes=P5)
+    reserved = stack_settings("prod", gpuNodes={**P5, "capacityReservation": BLOCK_ID})
+    assert format_findings(preflight(on_demand, run))[1] == 2
+    report, code = format_findings(preflight(reserved, run))
+    assert code == 0, report
+    assert "warn  Running On-Demand P instances: 0 vCPUs" in report and "holds its instances" in report
