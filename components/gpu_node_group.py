@@ -11,7 +11,9 @@ The zone is pinned because EFA traffic does not cross availability zones.
 On an existing cluster (`cluster.existingClusterName`) pulumi-eks has no cluster to attach to, so the
 group is built from `pulumi_aws` as pulumi-eks would build it (components/managed_nodes.py), in the
 subnet planning/existing_cluster.py chose, with a security group of the stack's own that lets EFA
-traffic flow to and from itself; that group's tags keep the stack's record (planning/zones.py).
+traffic flow to and from itself; that group's tags keep the stack's record (planning/zones.py). On a
+capacity reservation (`gpuNodes.capacityReservation`) too, on either cluster: pulumi-eks's template has
+no place for the reservation (planning/reservation.py says what EKS requires of it).
 """
 
 from __future__ import annotations
@@ -87,16 +89,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
             self.node_group = self._group(
                 name,
                 config,
-                cluster_name=cluster.cluster_name,
-                kubernetes_version=cluster.kubernetes_version,
-                node_role_arn=cluster.node_role.arn,
-                volume_key_arn=cluster.volume_key_arn,
+                cluster,
                 subnet_id=subnet_id,
                 autoscaled=autoscaled,
                 tags=tags,
                 network_cards=network_cards,
                 security_groups=[cluster.eks_cluster.cluster_security_group_id],
-                dependencies=cluster.node_dependencies,
                 capacity=capacity,
             )
             self.register_outputs({"availabilityZone": zone})
@@ -157,16 +155,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
         return self._group(
             name,
             config,
-            cluster_name=read.name,
-            kubernetes_version=cluster.kubernetes_version,
-            node_role_arn=cluster.node_role.arn,
-            volume_key_arn=cluster.volume_key_arn,
+            cluster,
             subnet_id=subnet_id,
             autoscaled=autoscaled,
             tags=tags,
             network_cards=network_cards,
             security_groups=[read.security_group_id, efa_group.id],
-            dependencies=cluster.node_dependencies,
             capacity=capacity,
         )
 
@@ -174,17 +168,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self,
         name: str,
         config: GpuNodesConfig,
+        cluster: Cluster | ExistingCluster,
         *,
-        cluster_name: pulumi.Input[str],
-        kubernetes_version: str,
-        node_role_arn: pulumi.Input[str],
-        volume_key_arn: pulumi.Input[str],
         subnet_id: pulumi.Input[str],
         autoscaled: bool,
         tags: dict[str, str],
         network_cards: int,
         security_groups: list[pulumi.Input[str]],
-        dependencies: list[pulumi.Resource],
         capacity: CapacityPlan | None,
     ) -> aws.eks.NodeGroup:
         """The group from `pulumi_aws` (components/managed_nodes.py): EFA on every network card in
@@ -198,9 +188,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
         return managed_node_group(
             f"{name}-nodes",
-            cluster_name=cluster_name,
-            kubernetes_version=kubernetes_version,
-            node_role_arn=node_role_arn,
+            cluster_name=cluster.cluster_name,
+            kubernetes_version=cluster.kubernetes_version,
+            node_role_arn=cluster.node_role.arn,
             subnet_ids=[subnet_id],
             instance_type=config.instance_type,
             sizes=(config.min_size, config.desired_size, config.max_size),
@@ -209,7 +199,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             if config.taint
             else None,
             disk_size_gib=config.disk_size_gib,
-            volume_key_arn=volume_key_arn,
+            volume_key_arn=cluster.volume_key_arn,
             ami_type=GPU_AMI,
             efa_network_cards=max(network_cards, 1),
             efa_security_groups=security_groups,
@@ -218,5 +208,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ignore_scaling_changes=autoscaled,
             tags=tags,
             capacity=capacity,
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=dependencies)),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=cluster.node_dependencies)
+            ),
         )

@@ -346,14 +346,7 @@ class TestTheBlockEndsAlert:
         (tmp_path / "rules.yaml").write_text(
             yaml.safe_dump({"groups": [{"name": "capacity", "rules": [rule]}]})
         )
-        check = subprocess.run(
-            [promtool(), "check", "rules", "rules.yaml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert check.returncode == 0, check.stdout + check.stderr
+        promtool_in(tmp_path, "check", "rules", "rules.yaml")
         labels = {"severity": "warning", "reservation": BLOCK_ID}
         tests = {
             "rule_files": ["rules.yaml"],
@@ -390,14 +383,13 @@ class TestTheBlockEndsAlert:
             ],
         }
         (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-        result = subprocess.run(
-            [promtool(), "test", "rules", "tests.yaml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        promtool_in(tmp_path, "test", "rules", "tests.yaml")
+
+
+def promtool_in(directory: Path, *args: str) -> None:
+    """promtool, run in `directory`; its output is the failure's message."""
+    result = subprocess.run([promtool(), *args], cwd=directory, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def replace_settings(settings: Any) -> Any:
