@@ -282,10 +282,11 @@ class GpuNodesConfig(NodeGroupConfig):
         None,
         description="Run the GPU nodes on reserved capacity: the ID of an EC2 Capacity Block for ML or of an "
         "On-Demand Capacity Reservation (`cr-...`), or the ARN of a resource group of On-Demand Capacity "
-        "Reservations. Preview reads it and plans from it: the GPU zone is its zone, `instanceType` and "
-        "the sizes must fit it (`maxSize` at most the reserved count: launches that target a reservation "
-        "never fall back to On-Demand), a block must have started unless the stack is parked, and it "
-        "logs how many nodes run on the reservation, what it costs and when it ends (docs/operations.md, "
+        "Reservations. Preview reads it and plans from it: the GPU zone is its zone, `instanceType` and the "
+        "sizes must fit it (`maxSize` at most the reserved count: launches that target a reservation never "
+        "fall back to On-Demand), a block must have started unless the stack is parked with desiredSize 0, "
+        "and it logs how many nodes run on the reservation, what it costs and when it ends "
+        "(docs/operations.md, "
         '"Reserved GPU capacity"). Adding or removing it replaces the GPU node group.',
     )
 

@@ -207,7 +207,7 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
                 f"{total}, or reserve more"
             )
     for r in reservations:
-        problems += _state_problems(r, parked, now, notes)
+        problems += _state_problems(r, parked, gpu.desired_size, now, notes)
     placement = _placement_group(reservations, problems, warnings)
     if problems:
         raise ConfigError(problems)
@@ -225,12 +225,19 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
     return CapacityPlan(reference, tuple(reservations), placement, tuple(notes), tuple(warnings))
 
 
-def _state_problems(r: Reservation, parked: bool, now: datetime, notes: list[str]) -> list[str]:
+def _state_problems(r: Reservation, parked: bool, desired: int, now: datetime, notes: list[str]) -> list[str]:
     kind = "Capacity Block" if r.block else "capacity reservation"
     if r.state == "active":
         return []
     if r.state in NOT_STARTED:
         starts = f" starts {_when(r.start, now)}" if r.start else ""
+        if parked and desired:
+            # The group would be created asking for nodes that cannot launch yet.
+            return [
+                f"{KEY}: {kind} {r.id} is {r.state}{starts and ','}{starts}; parked until then, the GPU node "
+                f"group must start empty: set {PROJECT}:gpuNodes.desiredSize: 0 (Cluster Autoscaler adds "
+                "the nodes once the stack is unparked)"
+            ]
         if parked:
             notes.append(
                 f"{r.id} is {r.state}:{starts or ' not active yet'}; the stack is parked until then: set "

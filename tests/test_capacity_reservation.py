@@ -229,7 +229,9 @@ class TestRefusedAtPreview:
         message = refused(block_run, later)
         assert "is scheduled and has no capacity yet, starts at 2026-12-04 12:00 UTC" in message
         assert "autoscaling.parked: true" in message
-        parked = block_run(later, autoscaling={"parked": True})
+        asks_for_nodes = refused(block_run, later, autoscaling={"parked": True})
+        assert "the GPU node group must start empty" in asks_for_nodes and "desiredSize: 0" in asks_for_nodes
+        parked = block_run(later, autoscaling={"parked": True}, gpuNodes={"desiredSize": 0})
         assert any("parked until then" in i for i in parked.infos)
         assert gpu_group(parked)["capacityType"] == "CAPACITY_BLOCK"
 
