@@ -76,16 +76,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
         `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
-        if isinstance(cluster, ExistingCluster):
-            self.node_group = self._on_existing(
-                name, config, cluster, subnet_id, autoscaled, tags, network_cards, record or {}, capacity
-            )
-            self.register_outputs({"availabilityZone": zone})
-            return
-        if capacity:
-            # pulumi-eks's EFA template takes no reservation target, market type or instance type (and
-            # always adds a placement group of its own), so on a reservation the group is built as on an
-            # existing cluster, its EFA interfaces in the EKS cluster security group as pulumi-eks puts them.
+        if isinstance(cluster, ExistingCluster) or capacity:
+            # On an existing cluster pulumi-eks has no cluster to attach to; on a reservation its EFA
+            # template takes no reservation target, market type or instance type (and always adds a
+            # placement group of its own). So the group is built from pulumi_aws, its EFA interfaces in
+            # the EKS cluster security group as pulumi-eks puts them (and the stack's own EFA group on a
+            # team's cluster).
             self.node_group = self._group(
                 name,
                 config,
@@ -94,7 +90,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 autoscaled=autoscaled,
                 tags=tags,
                 network_cards=network_cards,
-                security_groups=[cluster.eks_cluster.cluster_security_group_id],
+                security_groups=self._efa_security_groups(name, cluster, record or {}),
                 capacity=capacity,
             )
             self.register_outputs({"availabilityZone": zone})
@@ -130,18 +126,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
         self.register_outputs({"availabilityZone": zone})
 
-    def _on_existing(
-        self,
-        name: str,
-        config: GpuNodesConfig,
-        cluster: ExistingCluster,
-        subnet_id: pulumi.Input[str],
-        autoscaled: bool,
-        tags: dict[str, str],
-        network_cards: int,
-        record: Mapping[str, str],
-        capacity: CapacityPlan | None,
-    ) -> aws.eks.NodeGroup:
+    def _efa_security_groups(
+        self, name: str, cluster: Cluster | ExistingCluster, record: Mapping[str, str]
+    ) -> list[pulumi.Input[str]]:
+        """The EKS cluster security group; on a team's cluster, whose group may not let EFA traffic
+        through, beside a group of the stack's own that allows all to and from itself (its tags keep
+        the stack's record)."""
+        if isinstance(cluster, Cluster):
+            return [cluster.eks_cluster.cluster_security_group_id]
         read = cluster.plan.cluster
         efa_group = aws.ec2.SecurityGroup(
             f"{name}-efa",
@@ -152,17 +144,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             tags=dict(record),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        return self._group(
-            name,
-            config,
-            cluster,
-            subnet_id=subnet_id,
-            autoscaled=autoscaled,
-            tags=tags,
-            network_cards=network_cards,
-            security_groups=[read.security_group_id, efa_group.id],
-            capacity=capacity,
-        )
+        return [read.security_group_id, efa_group.id]
 
     def _group(
         self,
