@@ -535,6 +535,7 @@ def main() -> None:
         plan.fit.summary(),
         plan.kv_path.summary(),
         plan.kv_floor.summary(),
+        plan.kv_crossing.summary(),
         *where.infos,
         *(capacity.notes if capacity else ()),
     ):

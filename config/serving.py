@@ -214,17 +214,16 @@ class ModelConfig(StrictModel):
     nixl_backends: list[Literal["LIBFABRIC", "UCX"]] | None = Field(
         None,
         min_length=1,
-        description="NIXL transfer backends for the KV cache. Unset: chosen from the GPU type and the "
-        "model (planning/kv_path.py; the preview says which and why): LIBFABRIC (EFA) where the GPU "
-        "buffers can be registered (GPUDirect RDMA) or host buffers serve, else UCX, which runs at TCP "
-        "speed even on EFA.",
+        description="NIXL transfer backends for the KV cache. Unset: LIBFABRIC, which moves the KV cache "
+        "over EFA on every GPU type (planning/kv_path.py; the preview says by which mechanism and how "
+        "fast). `[UCX]` moves it over TCP, on the pinned port range the worker policy opens.",
     )
     kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
         "auto",
         description="Where vLLM's NIXL connector keeps the KV cache it sends (`kv_buffer_device`). `auto`: "
-        "GPU memory with GPUDirect RDMA (p4d, p5), host memory without it for attention-only models "
-        "(counted in the worker's memory), GPU memory with UCX for hybrid models. `cpu` with a hybrid "
-        "model, or `cuda` with LIBFABRIC on a type without GPUDirect RDMA, is refused.",
+        "GPU memory, except with LIBFABRIC on a type without GPUDirect RDMA (g5, g6, g6e) for an "
+        "attention-only model, where host memory is faster (counted in the worker's memory). `cpu` with "
+        "a hybrid model is refused.",
     )
     hybrid_layers: bool | None = Field(
         None,

@@ -47,9 +47,15 @@ MARK = "NIXL-PROBE "
 READY_FILE = "ready.json"
 DONE = b"nixl-probe-done"
 POLL_S = 0.001
-LOG_ENV = {"NIXL_LOG_LEVEL": "INFO", "UCX_PROTO_INFO": "y"}
+LOG_ENV = {"NIXL_LOG_LEVEL": "INFO", "UCX_PROTO_INFO": "y", "FI_LOG_LEVEL": "warn"}
 """Set before NIXL loads: the LIBFABRIC plugin then logs its provider (`Created N rails using
-provider=...`), UCX its protocol table (which transport, e.g. tcp/eth0 or srd/..., serves a read)."""
+provider=...`) and whether its rails have FI_HMEM, UCX its protocol table (which transport, e.g.
+tcp/eth0 or srd/..., serves a read), and libfabric its warnings, among them the one that says a GPU
+buffer could not be registered with the EFA device, so its reads are emulated through host memory."""
+SYSFS_INFINIBAND = Path("/sys/class/infiniband")
+"""Where the kernel's EFA driver publishes each device's hardware counters: device-wide under
+`<device>/hw_counters/`, per port under `<device>/ports/<port>/hw_counters/` (rdma_read_bytes, send_bytes,
+...)."""
 
 
 class Buffer(Protocol):
@@ -197,6 +203,25 @@ def digests(buffer: Buffer, blocks: int, block_bytes: int) -> list[str]:
     return [hashlib.sha256(buffer.read(i * block_bytes, block_bytes)).hexdigest() for i in range(blocks)]
 
 
+def efa_counters(root: Path = SYSFS_INFINIBAND) -> dict[str, int]:
+    """Every hardware counter of every RDMA device the pod sees, as `<device>/<port>/<name>` (port `-`
+    for device-wide ones); empty where there is none (no EFA device, or sysfs not visible)."""
+    found: dict[str, int] = {}
+    for path in sorted([*root.glob("*/hw_counters/*"), *root.glob("*/ports/*/hw_counters/*")]):
+        device = path.relative_to(root).parts[0]
+        port = path.parent.parent.name if path.parent.parent.parent.name == "ports" else "-"
+        try:
+            found[f"{device}/{port}/{path.name}"] = int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def counter_deltas(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """How much each counter moved (those read both times)."""
+    return {name: after[name] - before[name] for name in sorted(after) if name in before}
+
+
 def emit(result: dict[str, Any], out: Callable[[str], None] = print) -> None:
     out(MARK + json.dumps(result, sort_keys=True))
 
@@ -208,6 +233,7 @@ def serve(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     workdir: Path = Path("."),
+    counters: Callable[[], dict[str, int]] = efa_counters,
 ) -> dict[str, Any]:
     """Hold the blocks until the reader says it is done, or until the deadline."""
     deadline = clock() + args.deadline
@@ -233,12 +259,17 @@ def serve(
         "sha256": expected,
     }
     pending = workdir / f".{READY_FILE}"
+    before = counters()
     pending.write_text(json.dumps(ready))
     pending.rename(workdir / READY_FILE)  # atomic: a reader never sees half a file
     while clock() < deadline:
         for sender, messages in step("notify", agent.get_new_notifs).items():
             if any(m.startswith(DONE) for m in messages):
-                return {"role": "serve", "notified_by": _text(sender)}
+                return {
+                    "role": "serve",
+                    "notified_by": _text(sender),
+                    "efa_counters": counter_deltas(before, counters()),
+                }
         sleep(0.05)
     raise ProbeError("wait", f"no reader notified within {args.deadline:g} s")
 
@@ -248,6 +279,7 @@ def read(
     make_agent: Callable[[str, list[str]], Agent] = nixl_agent,
     make_buffer: Callable[[str, int], Buffer] = new_buffer,
     clock: Callable[[], float] = time.perf_counter,
+    counters: Callable[[], dict[str, int]] = efa_counters,
 ) -> dict[str, Any]:
     """READ the server's blocks `--iterations` times; the first and last arrivals are hashed."""
     peer = json.loads(base64.b64decode(args.peer))
@@ -274,6 +306,7 @@ def read(
     seconds: list[float] = []
     arrived: dict[str, list[str]] = {}
     last = args.iterations - 1
+    before = counters()
     for i in range(args.iterations):
         if i in (0, last):
             buffer.zero()
@@ -289,6 +322,7 @@ def read(
         seconds.append(clock() - start)
         if i in (0, last):
             arrived["first" if i == 0 else "last"] = digests(buffer, blocks, block_bytes)
+    moved = counter_deltas(before, counters())
     backend = step("transfer", lambda: agent.query_xfer_backend(handle))
     step("notify", lambda: agent.send_notif(remote, DONE))
     return {
@@ -300,6 +334,7 @@ def read(
         "seconds": seconds,
         "sha256": arrived,
         "zero_sha256": hashlib.sha256(bytes(block_bytes)).hexdigest(),
+        "efa_counters": moved,
     }
 
 

@@ -513,19 +513,19 @@ def _bearer(key: str | None) -> dict[str, str]:
 
 
 def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str, Any]:
-    """VerifyTarget's KV fields: the NIXL backends, buffer device, wire and floor the stack's plan chose
-    (offline: the catalog's facts), and the transfer probe; without a stack, LIBFABRIC with GPU buffers
-    over EFA and no floor."""
+    """VerifyTarget's KV fields: the NIXL backends, buffer device, mechanism and floor the stack's plan
+    chose (offline: the catalog's facts), and the transfer probe; without a stack, LIBFABRIC with GPU
+    buffers over EFA by any mechanism, and no floor."""
     from ops.kv_transfer import MIB, ProbeSpec
 
     if settings is None:
-        backends, device, over_efa, floor = ("LIBFABRIC",), "cuda", True, None
+        backends, device, mechanism, floor = ("LIBFABRIC",), "cuda", None, None
     else:
         from planning import plan_stack
 
         plan = plan_stack(settings, stack=args.stack)
         backends, device = plan.kv_path.backends, plan.kv_path.buffer_device
-        over_efa, floor = plan.kv_path.over_efa, plan.kv_floor
+        mechanism, floor = plan.kv_path.mechanism, plan.kv_floor
     probe = None
     if args.kv_probe_mib:
         block = 4 * MIB if args.kv_probe_mib % 4 == 0 else MIB  # vLLM's blocks are smaller; NIXL splits
@@ -538,7 +538,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
     return {
         "kv_backends": tuple(backends),
         "kv_buffer_device": device,
-        "kv_over_efa": over_efa,
+        "kv_mechanism": mechanism,
         "kv_probe": probe,
         "kv_floor": floor,
         "kv_floor_override": args.kv_floor,

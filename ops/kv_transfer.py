@@ -36,10 +36,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ops.kube import EXEC_TIMEOUT_S, ExecResult, KubeApi, OpsError, excerpt
-from planning.kv_path import TransferFloor, Wire
+
+if TYPE_CHECKING:  # the recorder (tests/record_nixl_probe.py) runs this module where only NIXL is
+    from planning.kv_path import Mechanism, TransferFloor, Wire
 
 PROBE = Path(__file__).resolve().parent.parent / "jobs" / "nixl_probe.py"
 MARK = "NIXL-PROBE "
@@ -54,11 +56,21 @@ PROVIDER_PATTERN = "rails using provider=([A-Za-z0-9_;.-]+)"
 (src/utils/libfabric/libfabric_rail_manager.cpp)."""
 HMEM_PATTERN = "Using provider (with|without) FI_HMEM support"
 """Whether the rails can register GPU memory (libfabric_rail.cpp): without it GPU buffers fail."""
-UCX_READ_HEADER = re.compile(
-    r"\|\s*ucp_context_\d+ (?:intra|inter)-node cfg#\d+ \| remote memory read by ucp_get"
-)
-"""UCX_PROTO_INFO's table for remote reads (ucp/proto/proto_debug.c at 1.20/1.21): one row per message
-size range, its last column the lanes that serve it."""
+EMULATED_PATTERN = "Failed to register CUDA buffer with the EFA device"
+"""libfabric's EFA provider at FI_LOG_LEVEL=warn when the NIC cannot register GPU memory (no GPUDirect
+RDMA): it then registers GPU buffers under a software key and emulates every read of them with send
+packets bounced through host memory (prov/efa/src/efa_hmem.c:158-161 at v2.4.0)."""
+NO_CUDA_PATTERN = "FI_HMEM cannot be supported because no compatible libraries were found"
+"""libfabric's EFA provider at FI_LOG_LEVEL=warn when it could not load the CUDA runtime (efa_user_info.c
+at v2.4.0, L234-236); the dlopen's own error it logs at INFO only (src/hmem_cuda.c L483-487)."""
+UCX_READ_OPERATION = "remote memory read by ucp_get"
+UCX_TABLE_TITLE = re.compile(r"cfg#\d+")
+"""UCX_PROTO_INFO prints a table per operation and endpoint configuration (ucp/proto/proto_debug.c).
+UCX 1.21 (NIXL 1.3.x) puts both on one line, `| ucp_context_0 inter-node cfg#2 | remote memory read by
+ucp_get*(multi) into cuda/GPU0 from cuda |`; UCX 1.22 and later (NIXL 1.5.x: 1.23) on two, `| <agent>
+inter-node cfg#2 |` then `| remote memory read by ucp_get*(multi) into ... |`, then a `Range |
+Description | Config` heading. Either way each row is one message size range, its last column the lanes
+that serve it."""
 UCX_ROW = re.compile(r"\|\s*(\d+)\.\.(\d+|inf) \|.*\|\s*(.+?)\s*\|\s*$")
 UCX_LANE = re.compile(r"\b([a-z][a-z0-9_]*)/[A-Za-z0-9_:.\-]+")
 """A lane: transport/device, e.g. tcp/eth0, srd/rdmap16s27:1, cuda_copy/cuda."""
@@ -321,19 +333,24 @@ class Transport:
     """"with" / "without" FI_HMEM."""
     ucx_read_lanes: frozenset[str]
     """UCX transports serving remote reads of the probe's block size (tcp, srd, ...)."""
+    emulated_reads: bool = False
+    """libfabric said it could not register a GPU buffer with the EFA device: reads of GPU memory are
+    emulated through host bounce buffers."""
 
 
 def ucx_read_transports(text: str, message_bytes: int) -> set[str]:
     """The transports UCX_PROTO_INFO names for remote reads of `message_bytes` (its row covering that
-    size; every row of the table when none does)."""
+    size; every row of the table when none does), in UCX 1.21's table format and 1.22's."""
     lines = text.splitlines()
     found: set[str] = set()
     for i, line in enumerate(lines):
-        if not UCX_READ_HEADER.search(line):
+        if UCX_READ_OPERATION not in line:
+            continue
+        if not (UCX_TABLE_TITLE.search(line) or (i and UCX_TABLE_TITLE.search(lines[i - 1]))):
             continue
         rows: list[tuple[int, float, set[str]]] = []
         for row in lines[i + 1 :]:
-            if "ucp_context_" in row:
+            if UCX_TABLE_TITLE.search(row):
                 break
             match = UCX_ROW.search(row)
             if match:
@@ -352,6 +369,7 @@ def transport(logs: Mapping[str, str], message_bytes: int) -> Transport:
         providers=frozenset(re.findall(PROVIDER_PATTERN, text)),
         hmem=frozenset(re.findall(HMEM_PATTERN, text)),
         ucx_read_lanes=frozenset(ucx_read_transports(text, message_bytes)),
+        emulated_reads=EMULATED_PATTERN in text,
     )
 
 
@@ -366,6 +384,15 @@ def wire_of(backend: str, seen: Transport) -> Wire | None:
     if "tcp" in seen.ucx_read_lanes:
         return "tcp"
     return None
+
+
+NO_HMEM_ADVICE = (
+    "libfabric found no CUDA support for them: its EFA provider has FI_HMEM from 2.0 on (the EFA "
+    "installer's), with or without GPUDirect RDMA, if it can load the CUDA runtime; a libfabric built with "
+    "--enable-cuda-dlopen loads it as `libcudart.so`, by that unversioned name (src/hmem_cuda.c), so an "
+    "image that has only libcudart.so.N needs the link (or the CUDA runtime's -dev package). Otherwise set "
+    "model.nixlBackends: [UCX]"
+)
 
 
 def libfabric_problems(where: str, text: str, buffer_device: str) -> list[str]:
@@ -386,11 +413,48 @@ def libfabric_problems(where: str, text: str, buffer_device: str) -> list[str]:
         )
     hmem = set(re.findall(HMEM_PATTERN, text))
     if buffer_device == "cuda" and "without" in hmem:
+        cause = f' (libfabric: "{NO_CUDA_PATTERN}")' if NO_CUDA_PATTERN in text else ""
         problems.append(
-            f"{where}: NIXL's rails have no FI_HMEM, so GPU buffers cannot be registered: set "
-            "model.kvBufferDevice cpu (attention-only models) or use a type with GPUDirect RDMA"
+            f"{where}: NIXL's rails have no FI_HMEM{cause}, so GPU buffers cannot be registered: "
+            + NO_HMEM_ADVICE
         )
     return problems
+
+
+RDMA_READ_COUNTER = "rdma_read_bytes"
+"""The EFA device's bytes read by RDMA (the kernel driver's port counters, efa_verbs.c): it grows with
+GPUDirect RDMA reads and host-memory reads the NIC serves, and stays at zero with emulated reads."""
+
+
+def counter_total(counters: Mapping[str, int] | None, name: str) -> int | None:
+    """One counter summed over the EFA devices and ports a pod sees; None where none was read (no EFA
+    device, or /sys/class/infiniband not visible)."""
+    values = [value for key, value in (counters or {}).items() if key.rsplit("/", 1)[-1] == name]
+    return sum(values) if values else None
+
+
+def observed_mechanism(used: str, seen: Transport, memory: str, reader_counters: Mapping[str, int] | None):
+    """What moved the bytes, from the logs and the reader's EFA counters (planning/kv_path.py's
+    mechanisms); None where they do not say, or for UCX on its own EFA transport (srd)."""
+    wire = wire_of(used, seen)
+    if wire == "tcp":
+        return "tcp"
+    if wire is None or used != "LIBFABRIC":
+        return None
+    if memory == "DRAM":
+        return "host"
+    if seen.emulated_reads or counter_total(reader_counters, RDMA_READ_COUNTER) == 0:
+        return "emulated"
+    return "gpudirect"
+
+
+def counters_words(counters: Mapping[str, int] | None) -> str:
+    """The reader's EFA traffic counters as they moved, e.g. "rdma_read_bytes +0, recv_bytes +268435456"."""
+    if not counters:
+        return "no EFA counters readable"
+    names = ("rdma_read_bytes", "rdma_read_resp_bytes", "recv_bytes", "send_bytes", "rx_bytes", "tx_bytes")
+    shown = [f"{name} +{total}" for name in names if (total := counter_total(counters, name)) is not None]
+    return ", ".join(shown) or "no traffic counters among them"
 
 
 def _stage_advice(stage: str, backend: str, memory: str) -> str:
@@ -406,10 +470,16 @@ def _stage_advice(stage: str, backend: str, memory: str) -> str:
     if stage == "buffer":
         return f"the probe could not allocate its {memory} buffer: a smaller one (--kv-probe-mib)"
     if stage == "register":
+        if memory == "VRAM" and backend == "LIBFABRIC":
+            return (
+                "NIXL's LIBFABRIC backend took no GPU memory (NIXL logs `no available backends for mem "
+                "type 'VRAM_SEG'`, and `Using provider without FI_HMEM support` at INFO): its rails need "
+                f"FI_HMEM, and {NO_HMEM_ADVICE}"
+            )
         if memory == "VRAM":
             return (
-                f"NIXL could not register GPU memory with {backend}: without GPUDirect RDMA keep the KV "
-                "buffers in host memory (model.kvBufferDevice: cpu, attention-only models) or use UCX"
+                "NIXL could not register GPU memory with UCX: UCX needs its CUDA transports (UCX_TLS, if "
+                "set, must name cuda_copy) and the image's UCX its CUDA modules"
             )
         return (
             "NIXL could not register host memory: pinning it needs IPC_LOCK (serving.worker.privileges: "
@@ -469,11 +539,14 @@ def judge(
     run: ProbeRun,
     spec: ProbeSpec,
     buffer_device: str,
-    planned_over_efa: bool,
+    planned: Mechanism | None,
     floor: TransferFloor | None,
     floor_override: float | None = None,
 ) -> tuple[Verdict, Verdict]:
-    """(the transfer: bytes, backend, transport; the rate against the floor)."""
+    """(the transfer: bytes, backend, transport, mechanism; the rate against the floor). `planned` is the
+    plan's mechanism (planning/kv_path.py); None: no plan, EFA by any mechanism expected."""
+    from planning.kv_path import MECHANISM_NAMES as MECHANISMS
+
     not_measured = Verdict(False, "not measured: the transfer did not complete")
     backend = spec.backends[0]
     failed = next(
@@ -490,6 +563,7 @@ def judge(
         return Verdict(False, (run.problem or "the probe did not finish") + _log_hint(run)), not_measured
     used = str(run.read_result.get("backend", "?"))
     seen = transport(run.logs, spec.block_bytes)
+    counters = run.read_result.get("efa_counters")
     problems = _integrity(run)
     if used not in spec.backends:
         problems.append(
@@ -500,12 +574,13 @@ def judge(
         for pod, text in sorted(run.logs.items()):
             problems += libfabric_problems(pod, text, buffer_device)
     wire = wire_of(used, seen)
+    observed = observed_mechanism(used, seen, spec.memory, counters)
     if used == "UCX" and wire is None:
         problems.append(
             "UCX printed no transport for remote reads (UCX_PROTO_INFO): cannot tell EFA from TCP; "
             "is the UCX in the image older than 1.15?"
         )
-    if wire == "tcp" and planned_over_efa:
+    if wire == "tcp" and planned != "tcp":
         problems.append(
             "the plan expected EFA, and TCP carried the bytes: the KV cache would cross at TCP speed. "
             + (
@@ -514,59 +589,97 @@ def judge(
                 else "NIXL chose UCX over LIBFABRIC: " + ADVICE_EFA_PATH
             )
         )
+    if planned == "gpudirect" and observed == "emulated":
+        problems.append(
+            f"the plan expected {MECHANISMS['gpudirect']}, and libfabric emulated the reads through host "
+            f"bounce buffers ({_emulation_evidence(seen, counters)}): the KV cache crosses at about 1 GB/s, "
+            "not the link's rate. GPUDirect RDMA needs the node's NVIDIA driver to export GPU memory to the "
+            "EFA device (dma-buf, or the nvidia-peermem module; the EKS-optimized GPU AMIs have both) and "
+            "FI_EFA_USE_DEVICE_RDMA=1 (the stack sets it on P-series types)"
+        )
     size = f"{spec.total_bytes // MIB} MiB in {spec.blocks} blocks of {spec.block_bytes // MIB} MiB"
-    how = f"{size} {run.pair.describe()} through NIXL {_wire_words(used, seen, wire)}"
+    how = f"{size} {run.pair.describe()} through NIXL {_wire_words(used, seen, wire, observed, counters)}"
     if problems:
         rate, _ = gbytes_per_s(run.read_result)
         return Verdict(False, "\n".join([f"{how}:", *problems])), Verdict(
             False, f"{rate:.2f} GB/s measured, not held to a floor: the transfer check failed"
         )
     transfers = len(run.read_result.get("seconds") or [])
+    better = planned is not None and observed != planned and (wire == "efa" or planned == "tcp")
     transfer = Verdict(
         True,
         f"{how}; every block's SHA-256 matched after the first and the last of {transfers} transfers"
-        + ("\n(the plan expected TCP)" if wire == "efa" and not planned_over_efa else ""),
+        + (f"\n(the plan expected {MECHANISMS[planned]})" if better and planned else ""),
     )
-    return transfer, _bandwidth(
-        run, spec, wire or ("efa" if planned_over_efa else "tcp"), floor, floor_override
-    )
+    return transfer, _bandwidth(run, wire, observed or planned, floor, floor_override)
 
 
-def _wire_words(used: str, seen: Transport, wire: Wire | None) -> str:
-    """How the bytes went, e.g. "LIBFABRIC, provider efa (EFA)" or "UCX, transport tcp (TCP)"."""
+def _emulation_evidence(seen: Transport, counters: Mapping[str, int] | None) -> str:
+    said = [f'"{EMULATED_PATTERN}"'] if seen.emulated_reads else []
+    if counter_total(counters, RDMA_READ_COUNTER) == 0:
+        said.append("rdma_read_bytes did not move")
+    return " and ".join(said)
+
+
+def _wire_words(
+    used: str, seen: Transport, wire: Wire | None, observed: str | None, counters: Mapping[str, int] | None
+) -> str:
+    """How the bytes went, e.g. "LIBFABRIC, provider efa, GPU buffers by EFA emulated reads through host
+    bounce buffers (EFA; rdma_read_bytes +0, recv_bytes +...)" or "UCX, transport tcp (TCP)"."""
+    from planning.kv_path import MECHANISM_NAMES as MECHANISMS
+
     if used == "LIBFABRIC":
         what = f"provider {', '.join(sorted(seen.providers)) or 'not logged'}"
+        if observed and observed != "tcp":
+            what += f", by {MECHANISMS[observed]}"  # type: ignore[index]
     else:
         what = f"transport {', '.join(sorted(seen.ucx_read_lanes)) or 'not printed'}"
-    return f"{used}, {what}" + (f" ({wire.upper()})" if wire else "")
+    where = wire.upper() if wire else ""
+    if used == "LIBFABRIC" and wire == "efa":
+        where += f"; {counters_words(counters)}"
+    return f"{used}, {what}" + (f" ({where})" if where else "")
 
 
 def _bandwidth(
-    run: ProbeRun, spec: ProbeSpec, wire: Wire, floor: TransferFloor | None, floor_override: float | None
+    run: ProbeRun,
+    wire: Wire | None,
+    mechanism: str | None,
+    floor: TransferFloor | None,
+    floor_override: float | None,
 ) -> Verdict:
     assert run.read_result is not None
     rate, each = gbytes_per_s(run.read_result)
     spread = f" (each {min(each):.2f}-{max(each):.2f}, median {statistics.median(each):.2f})" if each else ""
-    measured = f"{rate:.2f} GB/s over {wire.upper()}{spread} across {len(each)} timed transfers"
+    over = f" over {wire.upper()}" if wire else ""
+    measured = f"{rate:.2f} GB/s{over}{spread} across {len(each)} timed transfers"
     if floor_override is not None:
         limit, basis = floor_override, "--kv-floor"
-    elif floor is not None and floor.on(wire) is not None:
-        limit, basis = floor.on(wire), floor.basis
+    elif floor is not None and floor.gbytes_s is not None:
+        limit, basis = floor.gbytes_s, floor.basis
     else:
         why = floor.basis if floor else "no stack plan (--stack) and no --kv-floor"
         return Verdict(True, f"{measured}; no floor to hold it to: {why}")
-    assert limit is not None
     verdict = f"{measured}; floor {limit:.2f} GB/s ({basis})"
     if rate >= limit:
         return Verdict(True, verdict)
-    advice = (
-        "NIXL stripes a transfer over the EFA devices it finds near the buffer: check the worker's "
-        "vpc.amazonaws.com/efa and NIXL's `Created N rails` line in the worker log; with host buffers "
-        "the rate also depends on the NUMA node of the memory"
-        if wire == "efa"
-        else "TCP carries it: for EFA, LIBFABRIC with host buffers (an attention-only model) or a GPU type "
-        "with GPUDirect RDMA (planning/kv_path.py)"
-    )
+    if mechanism == "emulated":
+        advice = (
+            "emulated reads are bounded by one cudaMemcpy per packet: a GPU busy with other copies or a "
+            "slow CPU lowers them (gdrcopy in the image lifts them); for the link's rate, a type with "
+            "GPUDirect RDMA (p4d, p5)"
+        )
+    elif mechanism == "tcp":
+        advice = (
+            "TCP carries it: for EFA, NIXL's LIBFABRIC backend (model.nixlBackends unset), which moves "
+            "GPU buffers over EFA on every GPU type (planning/kv_path.py)"
+        )
+    else:
+        advice = (
+            "NIXL stripes a transfer over the EFA devices it finds near the buffer: check the worker's "
+            "vpc.amazonaws.com/efa and NIXL's `Created N rails` line in the worker log (one rail of "
+            "several halves the rate or worse); with host buffers the rate also depends on the NUMA "
+            "node of the memory"
+        )
     return Verdict(False, f"{verdict}: below it. {advice}")
 
 

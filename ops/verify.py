@@ -21,7 +21,9 @@ from typing import Any, Literal
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, OpsError, excerpt
 from ops.kv_transfer import (
     BACKEND_PATTERN,
+    EMULATED_PATTERN,
     HMEM_PATTERN,
+    NO_CUDA_PATTERN,
     PROVIDER_PATTERN,
     WORKER_CONTAINER,
     ProbeSpec,
@@ -31,7 +33,7 @@ from ops.kv_transfer import (
     run_probe,
 )
 from ops.status import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, Progress, parse_gpu_node, quiet
-from planning.kv_path import TransferFloor
+from planning.kv_path import Mechanism, TransferFloor
 
 Clock = Callable[[], float]
 
@@ -43,7 +45,15 @@ RAY_LOG_DIR = "/tmp/ray/session_latest/logs/"
 NIXL_BACKEND_GREP = (
     "grep",
     "-rhoE",
-    f"{BACKEND_PATTERN}|{PROVIDER_PATTERN.replace('([A-Za-z0-9_;.-]+)', '[A-Za-z0-9_;.-]+')}|{HMEM_PATTERN}",
+    "|".join(
+        (
+            BACKEND_PATTERN,
+            PROVIDER_PATTERN.replace("([A-Za-z0-9_;.-]+)", "[A-Za-z0-9_;.-]+"),
+            HMEM_PATTERN,
+            EMULATED_PATTERN,
+            NO_CUDA_PATTERN,
+        )
+    ),
     RAY_LOG_DIR,
 )
 
@@ -75,8 +85,9 @@ class VerifyTarget:
     """The NIXL backends the stack's plan chose (planning/kv_path.py): what the workers must log."""
     kv_buffer_device: str = "cuda"
     """Where the plan keeps the KV buffers (GPU buffers over LIBFABRIC need rails with FI_HMEM)."""
-    kv_over_efa: bool = True
-    """Whether the plan expects the KV bytes to cross EFA (else TCP)."""
+    kv_mechanism: Mechanism | None = None
+    """How the plan expects the KV bytes to cross (planning/kv_path.py: GPUDirect RDMA reads, emulated
+    reads, host buffers on EFA, UCX over TCP); None: no plan, EFA by any mechanism."""
     kv_probe: ProbeSpec | None = None
     """The transfer probe to run between two GPU workers (ops/kv_transfer.py); None skips it."""
     kv_floor: TransferFloor | None = None
@@ -334,6 +345,15 @@ def check_nixl_backend(api: KubeApi, target: VerifyTarget, progress: Progress = 
             providers = sorted(set(re.findall(PROVIDER_PATTERN, result.stdout)))
             if providers:
                 seen += f"; provider {', '.join(providers)}"
+            if EMULATED_PATTERN in result.stdout:
+                seen += "; GPU buffers by emulated reads (not registered with the EFA device)"
+                if target.kv_mechanism == "gpudirect":
+                    wrong_path.append(
+                        f"{name}: libfabric could not register GPU memory with the EFA device, so it "
+                        "emulates reads through host bounce buffers where the plan expected GPUDirect "
+                        "RDMA: the node's NVIDIA driver must export GPU memory to EFA (dma-buf or "
+                        "nvidia-peermem)"
+                    )
         if counts["UCX"] and "UCX" not in target.kv_backends:
             findings.append(f"{name}: {seen}")
             ucx = True
@@ -397,7 +417,7 @@ def check_kv_transfer(
         run,
         target.kv_probe,
         buffer_device=target.kv_buffer_device,
-        planned_over_efa=target.kv_over_efa,
+        planned=target.kv_mechanism,
         floor=target.kv_floor,
         floor_override=target.kv_floor_override,
     )

@@ -46,19 +46,24 @@ class ModelSize:
     source: str
     hybrid_layers: bool = False
     """Per-sequence state layers beside attention (planning/kv_path.py)."""
+    state_bytes_per_sequence: int = 0
+    """What a hybrid model's state layers hold per sequence, whatever its length: the part of a
+    request's KV transfer that does not grow with the prompt (planning/kv_path.py)."""
 
 
 KNOWN_MODELS: dict[str, ModelSize] = {
     # 9,653,104,368 parameters (vision encoder and MTP layer included), bf16 checkpoint ~18 GiB in
     # 4 safetensors shards. 32 layers, of which 8 full attention (every 4th) with 4 KV heads of dim
     # 256: 8 x 2 (K, V) x 4 x 256 x 2 bytes = 32 KiB per token; the 24 Gated DeltaNet layers keep a
-    # fixed state per sequence instead.
+    # fixed state per sequence instead: a recurrent state of 32 value heads x 128 x 128 and a conv
+    # state of (kernel 4 - 1) x (2 x 16 x 128 + 32 x 128) channels, in bf16: 24 x 548,864 x 2 bytes.
     "Qwen/Qwen3.5-9B": ModelSize(
         parameters_billions=9.653,
         checkpoint_gib=18.0,
         kv_cache_bytes_per_token=8 * 2 * 4 * 256 * 2,
         source="huggingface.co/Qwen/Qwen3.5-9B config.json (layer_types, num_key_value_heads, head_dim)",
         hybrid_layers=True,
+        state_bytes_per_sequence=24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2,
     ),
 }
 

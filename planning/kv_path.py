@@ -1,34 +1,42 @@
-"""Which way the KV cache goes from the prefill GPU to the decode GPU: NIXL's backend and where vLLM's
-connector keeps the buffers NIXL moves, decided from the GPU type's hardware and the model's layers.
+"""Which way the KV cache goes from the prefill GPU to the decode GPU: NIXL's backend, where vLLM's
+connector keeps the buffers NIXL moves, the mechanism that carries the bytes, the rate to expect and the
+floor `ops verify` holds a measured transfer to, decided from the GPU type's hardware and the model.
 
-What was read, at the pinned versions (vLLM 0.26.0 wheel, NIXL 1.3.1, Ray 2.58.0):
+What was read, at the versions the serving image carries (docs/design.md "The KV path" has every
+source with its file and line):
 
-- NIXL's LIBFABRIC backend (EFA) registers GPU memory only through GPUDirect RDMA: "GDR (GPU Direct
-  RDMA) support is currently required" (src/plugins/libfabric/README.md); without FI_HMEM it falls back
-  to registering the GPU address as system memory (libfabric_rail.cpp), which fails. Host memory
-  (DRAM) it registers on EFA always.
-- vLLM's NixlConnector supports `kv_buffer_device` "cuda" or "cpu" on CUDA (nixl/utils.py
-  `_NIXL_SUPPORTED_DEVICE`). With "cpu" it allocates a host copy of the whole KV cache, per layer, the
-  shape of the GPU cache (base_worker.py `initialize_host_xfer_buffer`), and registers that as DRAM; the
-  prefill side copies GPU to host per request, the decode side host to GPU. The host copy asserts a 4-D
-  tensor per layer, so a hybrid model (Mamba / Gated DeltaNet state layers, stored as a list of state
-  tensors: gpu_model_runner.py) cannot use it.
-- UCX moves GPU buffers without GPUDirect RDMA by staging them through host memory, over TCP on EFA
-  instances (UCX has no EFA transport): slow, but it works.
-- Ray Serve LLM passes `kv_transfer_config` to vLLM unchanged but for `engine_id`
-  (engines/vllm/kv_transfer/nixl.py).
+- libfabric's EFA provider (>= 2.0; the image's EFA installer carries 2.x) claims FI_HMEM for CUDA
+  memory even where the NIC cannot register GPU memory ("EFA RDM can support HMEM even if p2p support
+  is not available", prov/efa/src/efa_prov_info.c), registers such a buffer under a software key
+  without ibv_reg_mr (efa_mr.c), and turns `fi_read` of it into an emulated read: send packets, each
+  (about 8 KB, the device's MTU) copied between the GPU and a host bounce buffer with cudaMemcpy or gdrcopy
+  (rdm/efa_rdm_rma.c, rdm/efa_rdm_pke_utils.c). The per-packet copies cap each direction near
+  0.9-1.0 GB/s.
+- NIXL's LIBFABRIC plugin (>= 0.8.0; the image's 1.3) registers GPU memory with `fi_mr_regattr` as
+  FI_HMEM_CUDA with no GPUDirect check (src/utils/libfabric/libfabric_rail.cpp); its README's "GDR
+  support is currently required" predates that.
+- vLLM's NixlConnector takes `kv_buffer_device` "cuda" or "cpu". With "cpu" it keeps a host copy of
+  the whole KV cache, copied out in bulk on the prefill side and in on the decode side
+  (base_worker.py `initialize_host_xfer_buffer`); that copy asserts one 4-D tensor per layer, so
+  hybrid models (Mamba / Gated DeltaNet state layers) cannot use it.
+- UCX has no EFA transport NIXL uses here: it moves GPU buffers by staging them through host memory
+  over TCP, measured at 0.47 GB/s (0.46-0.50) between two processes on an H200 with NIXL 1.3.1
+  (tests/fixtures/nixl/).
 
-So: GPUDirect RDMA (p4d, p5 families): LIBFABRIC with GPU buffers. None (g5, g6, g6e): LIBFABRIC with
-host buffers when the model has only attention layers; for a hybrid model (the default Qwen3.5-9B)
-UCX with GPU buffers, over TCP, which the preview says in so many words. (UCX 1.19 and later, which
-NIXL 1.3.1's wheel bundles as 1.21.0, also has an EFA transport, `srd`; whether it serves the reads is
-up to UCX on the node, and `ops verify`'s transfer probe reports the transport it saw.)
+So, by GPU type:
+- GPUDirect RDMA (p4d, p5): LIBFABRIC, GPU buffers; the EFA device reads GPU memory itself.
+- none (g5, g6, g6e), hybrid model (the default Qwen3.5-9B): LIBFABRIC, GPU buffers, EFA emulated
+  reads through host bounce buffers: the seed's path.
+- none, attention-only model: LIBFABRIC, host buffers. The source shows them faster here: vLLM copies
+  a request's blocks in bulk (PCIe speed, tens of GB/s), and EFA then moves host memory, which needs no
+  per-packet GPU copy, so the link rather than the bounce copy sets the rate. The price is a host copy
+  of the KV cache, which the fit check counts. `model.kvBufferDevice: cuda` keeps them on the GPU.
+- UCX, asked for: over TCP.
 
-The floor `ops verify` holds a measured KV transfer to (`transfer_floor`) is half of what one GPU's
-share of the node's network carries: over EFA, the instance's baseline bandwidth times the EFA
-interfaces per GPU of the worker over the node's; over TCP, at most one flow's 10 Gbit/s. A path that
-silently degraded (TCP where EFA was planned, one rail of several) falls far below it; protocol
-overhead does not.
+Each path's floor is a share of what that path can carry (its ceiling), not of the link alone: half for
+a path the link bounds, 40% for one a copy bounds (copy rates move with the CPU, PCIe and the GPU's
+copy engines). A path that silently degraded (TCP where EFA was planned, one rail of several, a
+ceiling not reached by far) falls below it, or `ops verify` sees the other mechanism in the logs.
 """
 
 from __future__ import annotations
@@ -44,9 +52,37 @@ from planning.catalog import InstanceType
 Backend = Literal["LIBFABRIC", "UCX"]
 BufferDevice = Literal["cuda", "cpu"]
 Wire = Literal["efa", "tcp"]
+Mechanism = Literal["gpudirect", "emulated", "host", "tcp"]
 
-FLOOR_SHARE = 0.5
-"""The floor is this share of what the worker's network carries."""
+MECHANISMS: dict[Mechanism, str] = {
+    "gpudirect": "GPUDirect RDMA reads (the EFA device reads GPU memory directly)",
+    "emulated": "EFA emulated reads through host bounce buffers (libfabric sends each ~8 KB packet "
+    "through a cudaMemcpy between GPU and host memory)",
+    "host": "host buffers registered on EFA (vLLM copies the KV blocks between GPU and host memory in "
+    "bulk; EFA moves host memory)",
+    "tcp": "UCX over TCP",
+}
+"""What each mechanism is, as the preview and `ops plan` say it."""
+MECHANISM_NAMES: dict[Mechanism, str] = {
+    "gpudirect": "GPUDirect RDMA reads",
+    "emulated": "EFA emulated reads through host bounce buffers",
+    "host": "host buffers registered on EFA",
+    "tcp": "UCX over TCP",
+}
+"""The same, short, as `ops verify` names what it saw."""
+
+LINK_FLOOR_SHARE = 0.5
+"""The floor of a path the link bounds (GPUDirect, host buffers on EFA, host buffers over TCP)."""
+COPY_FLOOR_SHARE = 0.4
+"""The floor of a path a copy bounds (emulated reads, UCX staging GPU buffers): lower, since copy
+rates move with the CPU, PCIe and the GPU's copy engines."""
+BOUNCE_COPY_GBYTES_S = (0.5, 1.0)
+"""EFA emulated reads of GPU memory: one cudaMemcpy per ~8 KB packet caps each direction near
+0.9-1.0 GB/s (libfabric rdm/efa_rdm_pke_utils.c); plan for 0.5-1."""
+UCX_STAGING_GBYTES_S = (0.45, 0.5)
+"""UCX moving GPU buffers over TCP stages them through host memory: 0.47 GB/s (0.46-0.50) recorded with
+NIXL 1.3.1 between two processes on one H200 (tests/fixtures/nixl/ucx-gpu-tcp-*.json); tuning UCX's
+fragments, rails and protocol did not lift it above 0.53."""
 TCP_FLOW_GBPS = 10.0
 """EC2: a single TCP flow between instances of one cluster placement group reaches up to 10 Gbit/s
 (5 outside one); https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html.
@@ -56,60 +92,141 @@ EC2_BANDWIDTH_SOURCE = "EC2's baseline bandwidth for the type"
 
 
 @dataclass(frozen=True)
-class TransferFloor:
-    """The least KV transfer rate `ops verify` accepts, per wire, in GB/s (decimal), with its basis."""
-
-    efa_gbytes_s: float | None
-    tcp_gbytes_s: float | None
-    basis: str
-
-    def on(self, wire: Wire) -> float | None:
-        return self.efa_gbytes_s if wire == "efa" else self.tcp_gbytes_s
-
-    def summary(self) -> str:
-        if self.efa_gbytes_s is None or self.tcp_gbytes_s is None:
-            return f"KV transfer floor for `ops verify`: none ({self.basis})"
-        return (
-            f"KV transfer floor for `ops verify`: {self.efa_gbytes_s:.2f} GB/s over EFA, "
-            f"{self.tcp_gbytes_s:.2f} GB/s over TCP ({self.basis})"
-        )
-
-
-def transfer_floor(gpu: InstanceType, efa_per_worker: int, tensor_parallel_size: int) -> TransferFloor:
-    """Half of what one GPU's share of the node's network carries, over EFA and over TCP: the probe,
-    like each tensor-parallel rank's KV transfer, moves one GPU's buffer, and NIXL stripes it over the
-    EFA interfaces it finds near that GPU (one at least)."""
-    if not gpu.network_gbps or not gpu.efa_interfaces or efa_per_worker < 1:
-        return TransferFloor(None, None, f"the network bandwidth of {gpu.name} is not known")
-    interfaces = max(1, efa_per_worker // max(tensor_parallel_size, 1))
-    share_gbps = gpu.network_gbps * interfaces / gpu.efa_interfaces
-    basis = (
-        f"{FLOOR_SHARE:.0%} of {share_gbps:g} Gbit/s: {interfaces} of {gpu.name}'s {gpu.efa_interfaces} "
-        f"EFA interface(s) per GPU, of {gpu.network_gbps:g} Gbit/s ({EC2_BANDWIDTH_SOURCE}); over TCP at "
-        f"most one flow's {TCP_FLOW_GBPS:g} Gbit/s"
-    )
-    return TransferFloor(
-        efa_gbytes_s=round(FLOOR_SHARE * share_gbps / 8, 3),
-        tcp_gbytes_s=round(FLOOR_SHARE * min(share_gbps, TCP_FLOW_GBPS) / 8, 3),
-        basis=basis,
-    )
-
-
-@dataclass(frozen=True)
 class KvPath:
     backends: tuple[Backend, ...]
     buffer_device: BufferDevice
+    mechanism: Mechanism
     reason: str
-    over_efa: bool
-    """Whether the KV bytes cross EFA (LIBFABRIC) rather than TCP (UCX alone)."""
+
+    @property
+    def over_efa(self) -> bool:
+        """Whether the KV bytes cross EFA (LIBFABRIC) rather than TCP (UCX alone)."""
+        return self.mechanism != "tcp"
 
     def summary(self) -> str:
         where = "GPU" if self.buffer_device == "cuda" else "host"
         wire = "EFA" if self.over_efa else "TCP"
         return (
             f"KV cache path: NIXL {'+'.join(self.backends)} over {wire}, buffers in {where} memory "
-            f"(kv_buffer_device {self.buffer_device}): {self.reason}"
+            f"(kv_buffer_device {self.buffer_device}), by {MECHANISMS[self.mechanism]}: {self.reason}"
         )
+
+
+@dataclass(frozen=True)
+class TransferFloor:
+    """What the planned path carries and the least rate `ops verify` accepts, in GB/s (decimal), with
+    the basis of both."""
+
+    mechanism: Mechanism
+    expected_gbytes_s: tuple[float, float] | None
+    """The rate to expect (low, high); None where the type's network is not known."""
+    gbytes_s: float | None
+    """The floor; None where the type's network is not known."""
+    basis: str
+
+    @property
+    def wire(self) -> Wire:
+        return "tcp" if self.mechanism == "tcp" else "efa"
+
+    def summary(self) -> str:
+        if self.gbytes_s is None or self.expected_gbytes_s is None:
+            return f"KV transfer floor for `ops verify`: none ({self.basis})"
+        low, high = self.expected_gbytes_s
+        expect = f"{high:.2f}" if low == high else f"{low:.2f}-{high:.2f}"
+        return (
+            f"KV transfer rate to expect: {expect} GB/s; floor for `ops verify`: {self.gbytes_s:.2f} GB/s "
+            f"({self.basis})"
+        )
+
+
+def transfer_floor(
+    path: KvPath, gpu: InstanceType, efa_per_worker: int, tensor_parallel_size: int
+) -> TransferFloor:
+    """What the planned mechanism carries for one GPU, and the floor under it. The probe, like each
+    tensor-parallel rank's KV transfer, moves one GPU's buffer, and NIXL stripes it over the EFA
+    interfaces it finds near that GPU (one at least)."""
+    mechanism = path.mechanism
+    if not gpu.network_gbps or not gpu.efa_interfaces or efa_per_worker < 1:
+        return TransferFloor(mechanism, None, None, f"the network bandwidth of {gpu.name} is not known")
+    interfaces = max(1, efa_per_worker // max(tensor_parallel_size, 1))
+    share_gbps = gpu.network_gbps * interfaces / gpu.efa_interfaces
+    share = share_gbps / 8
+    link = (
+        f"{share:.2f} GB/s: {interfaces} of {gpu.name}'s {gpu.efa_interfaces} EFA interface(s) per GPU, "
+        f"of {gpu.network_gbps:g} Gbit/s ({EC2_BANDWIDTH_SOURCE})"
+    )
+    flow = min(share_gbps, TCP_FLOW_GBPS) / 8
+    if mechanism in ("gpudirect", "host"):
+        expected, share_of, basis = (share, share), LINK_FLOOR_SHARE, f"the link: {link}"
+    elif mechanism == "emulated":
+        low, high = (min(rate, share) for rate in BOUNCE_COPY_GBYTES_S)
+        expected, share_of = (low, high), COPY_FLOOR_SHARE
+        basis = (
+            f"the bounce copy: {high:.2f} GB/s at most, one cudaMemcpy per ~8 KB packet (libfabric's "
+            f"emulated reads; the link carries {share:.2f})"
+        )
+    elif path.buffer_device == "cuda":
+        low, high = (min(rate, flow) for rate in UCX_STAGING_GBYTES_S)
+        expected, share_of = (low, high), COPY_FLOOR_SHARE
+        basis = (
+            f"UCX's staging of GPU buffers: {high:.2f} GB/s at most (recorded on a GPU with NIXL 1.3.1; "
+            f"one TCP flow carries {flow:.2f})"
+        )
+    else:
+        expected, share_of = (flow, flow), LINK_FLOOR_SHARE
+        basis = f"one TCP flow: {flow:.2f} GB/s, at most {TCP_FLOW_GBPS:g} Gbit/s (EC2), of {link}"
+    floor = round(share_of * expected[1], 3)
+    return TransferFloor(
+        mechanism,
+        (round(expected[0], 3), round(expected[1], 3)),
+        floor,
+        f"{share_of:.0%} of {basis}",
+    )
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """How long a full `maxModelLen` prompt's KV takes to cross, at the rate to expect."""
+
+    kv_bytes: int | None
+    """KV bytes per token times tokens, plus a hybrid model's per-sequence state, per GPU; None: not
+    known (an unknown model without `kvCacheBytesPerToken`)."""
+    tokens: int
+    state_bytes: int
+    seconds: tuple[float, float] | None
+
+    def summary(self) -> str:
+        if self.kv_bytes is None:
+            return (
+                f"KV crossing time: not known (set model.kvCacheBytesPerToken for a {self.tokens}-token "
+                "prompt's size)"
+            )
+        state = f", {self.state_bytes / 2**20:.0f} MiB of it per-sequence state" if self.state_bytes else ""
+        size = f"{self.kv_bytes / 2**20:.0f} MiB per GPU{state}"
+        if self.seconds is None:
+            return f"KV crossing time: a full {self.tokens}-token prompt's KV is {size}"
+        low, high = self.seconds
+        time = _ms(low) if low == high else f"{_ms(low)}-{_ms(high)}"
+        return f"KV crossing time: a full {self.tokens}-token prompt's KV ({size}) crosses in {time}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def crossing(model: ModelConfig, floor: TransferFloor, tensor_parallel_size: int) -> Crossing:
+    known = KNOWN_MODELS.get(model.source)
+    per_token = model.kv_cache_bytes_per_token or (known.kv_cache_bytes_per_token if known else None)
+    ranks = max(tensor_parallel_size, 1)  # each rank moves its own heads' share, in parallel
+    state = (known.state_bytes_per_sequence if known else 0) // ranks
+    tokens = model.max_model_len
+    if per_token is None:
+        return Crossing(None, tokens, state, None)
+    size = per_token * tokens // ranks + state
+    if floor.expected_gbytes_s is None:
+        return Crossing(size, tokens, state, None)
+    low, high = floor.expected_gbytes_s
+    return Crossing(size, tokens, state, (size / (high * 1e9), size / (low * 1e9)))
 
 
 def hybrid_layers(model: ModelConfig) -> bool:
@@ -125,60 +242,55 @@ def plan_kv_path(model: ModelConfig, gpu: InstanceType) -> tuple[KvPath, list[st
     """The path, and the warnings a preview prints; ConfigError for a combination that cannot work."""
     hybrid = hybrid_layers(model)
     gdr = gpu.gpudirect_rdma
-    backends: tuple[Backend, ...] | None = tuple(model.nixl_backends) if model.nixl_backends else None
-    device: BufferDevice | None = None if model.kv_buffer_device == "auto" else model.kv_buffer_device
-    warnings: list[str] = []
-    problems: list[str] = []
-    if device is None:
-        if gdr:
-            device = "cuda"
-        elif backends and "LIBFABRIC" not in backends:
-            device = "cuda"  # UCX stages GPU buffers itself
-        else:
-            device = "cuda" if hybrid else "cpu"
-    if backends is None:
-        backends = ("UCX",) if (not gdr and device == "cuda") else ("LIBFABRIC",)
-    if "LIBFABRIC" in backends and device == "cuda" and not gdr:
-        problems.append(
-            f"{PROJECT}:model.nixlBackends LIBFABRIC with GPU buffers needs GPUDirect RDMA, which "
-            f"{gpu.name} has not (NIXL 1.3.1's libfabric plugin registers GPU memory only through it); "
-            "set model.kvBufferDevice: cpu (attention-only models), or nixlBackends: [UCX]"
-        )
-    if device == "cpu" and hybrid:
-        problems.append(
-            f"{PROJECT}:model.kvBufferDevice cpu: {model.source} has state layers beside attention "
-            "(model.hybridLayers), which vLLM 0.26's host buffer cannot hold (it asserts one 4-D "
-            "tensor per layer); use GPU buffers (kvBufferDevice: cuda) with UCX, or a GPU type with "
-            "GPUDirect RDMA (p4d, p5) and LIBFABRIC"
-        )
-    if problems:
-        raise ConfigError(problems)
-    over_efa = "LIBFABRIC" in backends
-    if gdr and device == "cuda" and over_efa:
-        reason = f"{gpu.name} has GPUDirect RDMA, so NIXL registers the GPU cache with EFA directly"
-    elif device == "cpu" and over_efa:
-        reason = (
-            f"{gpu.name} has no GPUDirect RDMA, so the cache is copied into host memory NIXL sends over "
-            "EFA (the prefill side copies out, the decode side in)"
-        )
-    elif not over_efa and not gdr and hybrid and model.kv_buffer_device == "auto" and not model.nixl_backends:
-        reason = (
-            f"{gpu.name} has no GPUDirect RDMA for GPU buffers, and {model.source}'s state layers rule out "
-            "vLLM's host buffers, so UCX moves the GPU cache over TCP"
-        )
-        warnings.append(
-            f"{PROJECT}:model: the KV cache goes over TCP (UCX), not EFA: {reason}. For EFA, pick a GPU "
-            "type with GPUDirect RDMA (p4d.24xlarge, p5.48xlarge) or an attention-only model"
-        )
+    backends: tuple[Backend, ...] = tuple(model.nixl_backends or ("LIBFABRIC",))
+    libfabric = "LIBFABRIC" in backends
+    device: BufferDevice
+    if model.kv_buffer_device != "auto":
+        device = model.kv_buffer_device
     else:
-        reason = "as model.nixlBackends and model.kvBufferDevice say"
-        if not over_efa:
-            warnings.append(
-                f"{PROJECT}:model.nixlBackends has no LIBFABRIC: the KV cache goes over TCP (UCX)"
-            )
-    if gdr and device == "cpu":
-        warnings.append(
-            f"{PROJECT}:model.kvBufferDevice cpu on {gpu.name}, which has GPUDirect RDMA: every transfer "
-            "takes two extra copies through host memory; `auto` keeps the cache on the GPU"
+        device = "cpu" if (libfabric and not gdr and not hybrid) else "cuda"
+    if device == "cpu" and hybrid:
+        raise ConfigError(
+            [
+                f"{PROJECT}:model.kvBufferDevice cpu: {model.source} has state layers beside attention "
+                "(model.hybridLayers), which vLLM's host buffer cannot hold (it asserts one 4-D tensor "
+                "per layer); use GPU buffers (kvBufferDevice: cuda or auto): over EFA by emulated reads "
+                "without GPUDirect RDMA, by RDMA reads with it (p4d, p5)"
+            ]
         )
-    return KvPath(backends, device, reason, over_efa), warnings
+    warnings: list[str] = []
+    if not libfabric:
+        mechanism: Mechanism = "tcp"
+        reason = "as model.nixlBackends says"
+        warnings.append(
+            f"{PROJECT}:model.nixlBackends has no LIBFABRIC: the KV cache goes over TCP (UCX), not EFA"
+        )
+    elif device == "cpu":
+        mechanism = "host"
+        reason = (
+            f"{gpu.name} has no GPUDirect RDMA, and an attention-only model's blocks copy to host memory in "
+            "bulk, so EFA moves host memory at the link's rate rather than GPU memory one bounce-copied "
+            "packet at a time"
+            if not gdr
+            else "as model.kvBufferDevice says"
+        )
+        if gdr:
+            warnings.append(
+                f"{PROJECT}:model.kvBufferDevice cpu on {gpu.name}, which has GPUDirect RDMA: every "
+                "transfer takes two extra copies through host memory; `auto` keeps the cache on the GPU"
+            )
+    elif gdr:
+        mechanism = "gpudirect"
+        reason = f"{gpu.name} has GPUDirect RDMA, so the EFA device reads the GPU cache directly"
+    else:
+        mechanism = "emulated"
+        reason = (
+            f"{gpu.name} has no GPUDirect RDMA, so libfabric's EFA provider emulates each read with send "
+            "packets bounced through host memory"
+            + (
+                f" ({model.source}'s state layers rule out vLLM's host buffers)"
+                if hybrid and model.kv_buffer_device == "auto"
+                else ""
+            )
+        )
+    return KvPath(backends, device, mechanism, reason), warnings

@@ -34,7 +34,7 @@ from planning.capacity import (
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.context import ClusterContext, own_cluster
 from planning.exposure import exposure_warnings
-from planning.kv_path import KvPath, TransferFloor, plan_kv_path, transfer_floor
+from planning.kv_path import Crossing, KvPath, TransferFloor, crossing, plan_kv_path, transfer_floor
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
@@ -66,7 +66,9 @@ class Plan:
     kv_path: KvPath
     """NIXL's backend and where the KV buffers live, and why (logged at every preview)."""
     kv_floor: TransferFloor
-    """The least KV transfer rate `ops verify` accepts (logged at every preview)."""
+    """The KV transfer rate to expect and the least `ops verify` accepts (logged at every preview)."""
+    kv_crossing: Crossing
+    """How long a full prompt's KV takes to cross at that rate (logged at every preview)."""
     upgrade: UpgradePlan
     """How a Ray cluster change rolls out."""
     image: str
@@ -318,6 +320,7 @@ def plan_stack(
             problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
+    kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
     cluster_name = (
         settings.cluster.existing_cluster_name or settings.cluster.name or default_cluster_name(stack)
     )
@@ -333,7 +336,8 @@ def plan_stack(
         shm_size=shm,
         fit=fit,
         kv_path=kv_path,
-        kv_floor=transfer_floor(gpu, efa_per_pod(gpu, per_node), tp),
+        kv_floor=kv_floor,
+        kv_crossing=crossing(model, kv_floor, tp),
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),

@@ -4,8 +4,9 @@ checked where they arrive, the backend and the transport that carried them named
 own logs, and the rate held to the plan's floor (planning/kv_path.py).
 
 The pods are tests/fakes/nixl.py's: the probe's own code runs on a NIXL that moves bytes with memmove
-and fails as real NIXL has been reported to; what each side logs was recorded with a real NIXL 1.3.1
-(tests/fixtures/nixl/). The recordings themselves are also replayed through the verdicts as they are.
+and fails as real NIXL has been reported to; what each side logs was recorded with a real NIXL
+(tests/fixtures/nixl/: 1.3.1 with host buffers; 1.3.0, 1.3.1 and 1.5.1 with GPU buffers on an H200). The
+recordings themselves are also replayed through the verdicts as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from config.serving import ModelConfig
 from jobs import nixl_probe
 from ops import kv_transfer
 from ops.kv_transfer import (
@@ -35,12 +37,23 @@ from ops.kv_transfer import (
 )
 from ops.verify import CHECK_BANDWIDTH, CHECK_TRANSFER, VerifyTarget, check_kv_transfer
 from planning.catalog import CATALOG
-from planning.kv_path import TransferFloor, transfer_floor
+from planning.kv_path import Mechanism, TransferFloor, plan_kv_path, transfer_floor
 from tests.fakes.kube import WORKERS, FakeKubeApi, healthy_cluster
 from tests.fakes.nixl import Faults, ProbePods, efa_logs, probe_sleep, recorded_logs, recording, ucx_logs
 
-G6_FLOOR = transfer_floor(CATALOG["g6.8xlarge"], efa_per_worker=1, tensor_parallel_size=1)
-P5_FLOOR = transfer_floor(CATALOG["p5.48xlarge"], efa_per_worker=4, tensor_parallel_size=1)
+ATTENTION_ONLY = {"source": "meta-llama/Llama-3.1-8B-Instruct", "kvCacheBytesPerToken": 131072}
+
+
+def planned_floor(gpu: str, efa_per_worker: int = 1, **model: Any) -> TransferFloor:
+    path, _ = plan_kv_path(ModelConfig.model_validate(model), CATALOG[gpu])
+    return transfer_floor(path, CATALOG[gpu], efa_per_worker, tensor_parallel_size=1)
+
+
+G6_FLOOR = planned_floor("g6.8xlarge")  # the dev stack: GPU buffers, emulated reads, 0.40 GB/s
+G6_HOST_FLOOR = planned_floor("g6.8xlarge", **ATTENTION_ONLY)  # host buffers on EFA: 1.56 GB/s
+G6_UCX_FLOOR = planned_floor("g6.8xlarge", nixlBackends=["UCX"])  # GPU buffers staged over TCP: 0.20
+G6_UCX_HOST_FLOOR = planned_floor("g6.8xlarge", nixlBackends=["UCX"], kvBufferDevice="cpu", **ATTENTION_ONLY)
+P5_FLOOR = planned_floor("p5.48xlarge", efa_per_worker=4)  # GPUDirect RDMA: half of 4 x 100 Gbit/s
 SMALL = {"blocks": 8, "block_bytes": MIB}
 SERVER, READER = WORKERS  # pick_pair: the first Running worker by name serves, one on another node reads
 
@@ -51,8 +64,8 @@ def probe(
     memory: str = "DRAM",
     faults: Faults | None = None,
     logs: tuple[str, str] | None = None,
-    floor: TransferFloor | None = G6_FLOOR,
-    over_efa: bool = True,
+    floor: TransferFloor | None = G6_HOST_FLOOR,
+    mechanism: Mechanism | None = None,
     floor_override: float | None = None,
     cluster: FakeKubeApi | None = None,
 ) -> tuple[dict[str, tuple[bool, str]], ProbePods, FakeKubeApi]:
@@ -65,7 +78,7 @@ def probe(
         "qwen3.5-9b",
         kv_backends=backends,
         kv_buffer_device="cuda" if memory == "VRAM" else "cpu",
-        kv_over_efa=over_efa,
+        kv_mechanism=mechanism or (floor.mechanism if floor else None),
         kv_probe=ProbeSpec(backends=backends, memory=memory, **SMALL),  # type: ignore[arg-type]
         kv_floor=floor,
         kv_floor_override=floor_override,
@@ -80,7 +93,8 @@ class TestTheProbeMovesKnownBytesBetweenTwoNodes:
         transfer, bandwidth = checks[CHECK_TRANSFER], checks[CHECK_BANDWIDTH]
         assert transfer[0], transfer[1]
         assert "8 MiB in 8 blocks of 1 MiB from ray-llm-6mzvd-gpu-workers-worker-k2l8p" in transfer[1]
-        assert "through NIXL LIBFABRIC, provider efa (EFA)" in transfer[1]
+        assert "through NIXL LIBFABRIC, provider efa, by host buffers registered on EFA" in transfer[1]
+        assert "(EFA; no EFA counters readable)" in transfer[1]
         assert "every block's SHA-256 matched after the first and the last of 5 transfers" in transfer[1]
         assert bandwidth[0], bandwidth[1]
         assert "3.00 GB/s over EFA" in bandwidth[1] and "floor 1.56 GB/s" in bandwidth[1]
@@ -175,28 +189,88 @@ class TestTheTransportIsNamedFromTheLogs:
         passed, reason = checks[CHECK_TRANSFER]
         assert not passed and "NIXL moved the blocks with UCX, not LIBFABRIC as planned" in reason
 
-    def test_ucx_over_tcp_where_the_plan_says_tcp_passes_against_the_tcp_floor(self):
-        """The dev stack's path (g6 + the hybrid default model): UCX with GPU buffers, over TCP."""
+    def test_ucx_over_tcp_where_the_plan_says_tcp_passes_against_its_staging_floor(self):
+        """A stack that chose UCX (model.nixlBackends: [UCX]): GPU buffers staged over TCP."""
         checks, _, _ = probe(
-            backends=("UCX",), memory="VRAM", over_efa=False, faults=Faults(gbytes_per_s=0.9)
+            backends=("UCX",), memory="VRAM", floor=G6_UCX_FLOOR, faults=Faults(gbytes_per_s=0.47)
         )
         assert checks[CHECK_TRANSFER][0], checks[CHECK_TRANSFER][1]
         assert "through NIXL UCX, transport tcp (TCP)" in checks[CHECK_TRANSFER][1]
         passed, reason = checks[CHECK_BANDWIDTH]
-        assert passed and "0.90 GB/s over TCP" in reason and "floor 0.62 GB/s" in reason
+        assert passed and "0.47 GB/s over TCP" in reason and "floor 0.20 GB/s" in reason
 
-    def test_ucx_on_its_own_efa_transport_is_named_and_held_to_the_efa_floor(self):
+    def test_ucx_on_its_own_efa_transport_is_named_and_said_to_beat_the_plan(self):
         checks, _, _ = probe(
-            backends=("UCX",), over_efa=False, logs=ucx_logs("srd"), faults=Faults(gbytes_per_s=0.9)
+            backends=("UCX",), floor=G6_UCX_FLOOR, logs=ucx_logs("srd"), faults=Faults(gbytes_per_s=0.9)
         )
         passed, reason = checks[CHECK_TRANSFER]
-        assert passed and "transport srd (EFA)" in reason and "(the plan expected TCP)" in reason
+        assert passed and "transport srd (EFA)" in reason and "(the plan expected UCX over TCP)" in reason
         passed, reason = checks[CHECK_BANDWIDTH]
-        assert not passed and "0.90 GB/s over EFA" in reason and "floor 1.56 GB/s" in reason
+        assert passed and "0.90 GB/s over EFA" in reason and "floor 0.20 GB/s" in reason
 
     def test_ucx_that_printed_no_transport_fails_rather_than_guess(self):
-        checks, _, _ = probe(backends=("UCX",), over_efa=False, logs=("", ""))
+        checks, _, _ = probe(backends=("UCX",), floor=G6_UCX_FLOOR, logs=("", ""))
         assert not checks[CHECK_TRANSFER][0] and "cannot tell EFA from TCP" in checks[CHECK_TRANSFER][1]
+
+
+class TestWhatMovedTheBytes:
+    """GPU buffers over EFA: by GPUDirect RDMA reads (p4d, p5), or by reads libfabric emulates through host
+    bounce buffers (g5, g6, g6e), told apart by libfabric's warning and the EFA device's
+    rdma_read_bytes counter."""
+
+    EMULATED = Faults(
+        gbytes_per_s=0.8, efa_counters={"rdmap0/1/rdma_read_bytes": 0, "rdmap0/1/recv_bytes": 9}
+    )
+    RDMA = Faults(gbytes_per_s=30.0, efa_counters={"rdmap0/1/rdma_read_bytes": 8 * MIB * 5})
+
+    def test_the_seeds_path_on_g6_passes_naming_emulated_reads_and_the_counters(self):
+        checks, _, _ = probe(
+            memory="VRAM", floor=G6_FLOOR, logs=efa_logs(hmem=True, emulated=True), faults=self.EMULATED
+        )
+        passed, reason = checks[CHECK_TRANSFER]
+        assert passed, reason
+        assert "provider efa, by EFA emulated reads through host bounce buffers" in reason
+        assert "rdma_read_bytes +0, recv_bytes +9" in reason
+        passed, reason = checks[CHECK_BANDWIDTH]
+        assert (
+            passed and "0.80 GB/s over EFA" in reason and "floor 0.40 GB/s (40% of the bounce copy" in reason
+        )
+
+    def test_emulated_reads_where_the_plan_expected_gpudirect_fail_with_the_fix(self):
+        checks, _, _ = probe(
+            memory="VRAM", floor=P5_FLOOR, logs=efa_logs(hmem=True, emulated=True), faults=self.EMULATED
+        )
+        passed, reason = checks[CHECK_TRANSFER]
+        assert not passed
+        assert "the plan expected GPUDirect RDMA reads" in reason and "emulated the reads" in reason
+        assert (
+            "Failed to register CUDA buffer with the EFA device" in reason
+            and "rdma_read_bytes did not move" in reason
+        )
+        assert "nvidia-peermem" in reason and "FI_EFA_USE_DEVICE_RDMA=1" in reason
+
+    def test_a_counter_that_did_not_move_is_enough_to_tell_emulated_reads(self):
+        checks, _, _ = probe(memory="VRAM", floor=P5_FLOOR, logs=efa_logs(hmem=True), faults=self.EMULATED)
+        assert not checks[CHECK_TRANSFER][0] and "rdma_read_bytes did not move" in checks[CHECK_TRANSFER][1]
+
+    def test_gpudirect_reads_pass_with_the_bytes_the_nic_read(self):
+        checks, _, _ = probe(memory="VRAM", floor=P5_FLOOR, logs=efa_logs(hmem=True), faults=self.RDMA)
+        passed, reason = checks[CHECK_TRANSFER]
+        assert passed and "by GPUDirect RDMA reads" in reason and f"rdma_read_bytes +{8 * MIB * 5}" in reason
+        assert checks[CHECK_BANDWIDTH][0] and "floor 25.00 GB/s" in checks[CHECK_BANDWIDTH][1]
+
+    def test_gpudirect_where_emulated_reads_were_planned_passes_and_says_so(self):
+        checks, _, _ = probe(memory="VRAM", floor=G6_FLOOR, logs=efa_logs(hmem=True), faults=self.RDMA)
+        passed, reason = checks[CHECK_TRANSFER]
+        assert passed and "(the plan expected EFA emulated reads" in reason
+
+    def test_emulated_reads_far_under_the_bounce_copy_fail_saying_why(self):
+        faults = replace(self.EMULATED, gbytes_per_s=0.1)
+        checks, _, _ = probe(
+            memory="VRAM", floor=G6_FLOOR, logs=efa_logs(hmem=True, emulated=True), faults=faults
+        )
+        passed, reason = checks[CHECK_BANDWIDTH]
+        assert not passed and "below it" in reason and "one cudaMemcpy per packet" in reason
 
 
 class TestTheRateIsHeldToTheFloor:
@@ -228,7 +302,7 @@ class TestAFailedStepSaysWhatToChange:
         ("stage", "memory", "advice"),
         [
             ("agent", "DRAM", "the pod needs an EFA device (vpc.amazonaws.com/efa"),
-            ("register", "VRAM", "model.kvBufferDevice: cpu"),
+            ("register", "VRAM", "its rails need FI_HMEM"),
             ("register", "DRAM", "IPC_LOCK"),
             ("connect", "DRAM", "do both pods run the same image?"),
             ("transfer", "DRAM", "security group to allow all traffic to and from itself"),
@@ -300,15 +374,17 @@ class TestRecordedWithARealNixl:
         found = recording(case)
         return ProbeRun(pair=Pair(**found.pop("pair")), **found)
 
+    GPU_SPEC = ProbeSpec(backends=("UCX",), memory="VRAM")
+
     def test_ucx_over_tcp_passes_its_floor(self):
         spec = ProbeSpec(backends=("UCX",), memory="DRAM", blocks=8, block_bytes=MIB, iterations=3)
-        transfer, bandwidth = judge(self.replay("ucx-tcp"), spec, "cpu", False, G6_FLOOR)
+        transfer, bandwidth = judge(self.replay("ucx-tcp"), spec, "cpu", "tcp", G6_UCX_HOST_FLOOR)
         assert transfer.passed and "transport tcp (TCP)" in transfer.reason, transfer.reason
         assert bandwidth.passed and "over TCP" in bandwidth.reason, bandwidth.reason
 
     def test_libfabric_on_tcp_fails(self):
         spec = ProbeSpec(backends=("LIBFABRIC",), memory="DRAM", blocks=8, block_bytes=MIB, iterations=3)
-        transfer, _ = judge(self.replay("libfabric-tcp"), spec, "cpu", True, G6_FLOOR)
+        transfer, _ = judge(self.replay("libfabric-tcp"), spec, "cpu", "host", G6_HOST_FLOOR)
         assert not transfer.passed and "provider tcp, not efa" in transfer.reason
         # Every byte did arrive: what fails is the transport, not the data.
         run = self.replay("libfabric-tcp")
@@ -317,7 +393,7 @@ class TestRecordedWithARealNixl:
 
     def test_libfabric_without_an_efa_device_fails_naming_the_device(self):
         spec = ProbeSpec(backends=("LIBFABRIC",), memory="DRAM", blocks=8, block_bytes=MIB, iterations=3)
-        transfer, bandwidth = judge(self.replay("libfabric-no-efa"), spec, "cpu", True, G6_FLOOR)
+        transfer, bandwidth = judge(self.replay("libfabric-no-efa"), spec, "cpu", "host", G6_HOST_FLOOR)
         assert not transfer.passed and "the probe stopped at agent" in transfer.reason
         assert (
             "vpc.amazonaws.com/efa" in transfer.reason and "no suitable network providers" in transfer.reason
@@ -333,6 +409,54 @@ class TestRecordedWithARealNixl:
             "|                  8185..inf | zero-copy      | 50% on srd/rdmap0:1 and 50% on srd/rdmap1:1 |\n"
         )
         assert ucx_read_transports(table, 100) == {"tcp"} and ucx_read_transports(table, MIB) == {"srd"}
+
+    @pytest.mark.parametrize("nixl", ["1.3.0", "1.3.1", "1.5.1"])
+    def test_gpu_buffers_over_ucx_pass_the_floor_of_a_stack_that_chose_ucx(self, nixl):
+        """Recorded on an H200 at `ops verify`'s defaults (256 MiB of VRAM, 5 transfers); NIXL 1.3.x
+        bundles UCX 1.21, whose protocol table is one header line, 1.5.1 UCX 1.23, whose is two."""
+        run = self.replay(f"ucx-gpu-tcp-nixl-{nixl}")
+        transfer, bandwidth = judge(run, self.GPU_SPEC, "cuda", "tcp", G6_UCX_FLOOR)
+        assert transfer.passed and "through NIXL UCX, transport tcp (TCP)" in transfer.reason, transfer.reason
+        assert "256 MiB in 64 blocks of 4 MiB" in transfer.reason
+        assert bandwidth.passed and "floor 0.20 GB/s" in bandwidth.reason, bandwidth.reason
+        rate, _ = kv_transfer.gbytes_per_s(run.read_result or {})
+        assert 0.2 < rate < 0.62  # under the old TCP floor every healthy UCX deploy failed
+
+    @pytest.mark.parametrize("nixl", ["1.3.1", "1.5.1"])
+    def test_gpu_buffers_over_tcp_fail_a_stack_that_planned_efa(self, nixl):
+        transfer, bandwidth = judge(
+            self.replay(f"ucx-gpu-tcp-nixl-{nixl}"), self.GPU_SPEC, "cuda", "emulated", G6_FLOOR
+        )
+        assert not transfer.passed and "the plan expected EFA, and TCP carried the bytes" in transfer.reason
+        assert not bandwidth.passed
+
+    def test_the_ucx_1_23_table_is_read_as_the_1_21_one(self):
+        _, read = recorded_logs("ucx-gpu-tcp-nixl-1.5.1")
+        assert "nixl-probe-read-" in read and "| Range  |    Description     |" in read  # the new layout
+        assert ucx_read_transports(read, 4 * MIB) == {"tcp"}
+        # The table ends where the next one's title begins, whatever that one's lanes.
+        table = (
+            "| 5f1c2e9a-agent inter-node cfg#3                                  |\n"
+            "| remote memory read by ucp_get*(multi) into cuda/GPU0 from cuda |\n"
+            "| Range  |    Description     |              Config              |\n"
+            "| 0..inf | zero-copy          | srd/rdmap16s27:1                 |\n"
+            "| 5f1c2e9a-agent inter-node cfg#3                          |\n"
+            "| active message by ucp_am_send*(egr) from host memory     |\n"
+            "| 0..inf | zero-copy          | tcp/eth0                         |\n"
+        )
+        assert ucx_read_transports(table, 4 * MIB) == {"srd"}
+
+    def test_gpu_buffers_on_libfabric_without_fi_hmem_stop_at_registration_with_the_fix(self):
+        """Recorded on an H200, libfabric 2.4.0 built with CUDA: its tcp provider has no FI_HMEM (prov/tcp
+        registers system memory only), so NIXL's LIBFABRIC backend takes no VRAM."""
+        run = self.replay("libfabric-gpu-tcp-nixl-1.3.1")
+        assert "Using provider without FI_HMEM support" in run.logs[run.pair.serve]
+        spec = ProbeSpec(backends=("LIBFABRIC",), memory="VRAM")
+        transfer, bandwidth = judge(run, spec, "cuda", "emulated", G6_FLOOR)
+        assert not transfer.passed and "the probe stopped at register" in transfer.reason
+        assert "no available backends for mem type 'VRAM_SEG'" in transfer.reason
+        assert "libcudart.so" in transfer.reason and "model.nixlBackends: [UCX]" in transfer.reason
+        assert not bandwidth.passed
 
 
 class TestTheProbeProgram:
@@ -392,6 +516,25 @@ class TestTheProbeProgram:
         assert status(READY_SCRIPT) == 4 and status(ENDED_SCRIPT) == 0  # ended before it was ready
 
 
+class TestTheEfaCounters:
+    def test_the_probe_reads_every_counter_of_every_device_and_port(self, tmp_path):
+        for where, value in (
+            ("rdmap0/ports/1/hw_counters/rdma_read_bytes", "42\n"),
+            ("rdmap0/hw_counters/reg_mr_err", "0\n"),
+        ):
+            (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / where).write_text(value)
+        (tmp_path / "rdmap0/ports/1/hw_counters/lifespan").write_text("not a number\n")
+        assert nixl_probe.efa_counters(tmp_path) == {"rdmap0/1/rdma_read_bytes": 42, "rdmap0/-/reg_mr_err": 0}
+        assert nixl_probe.efa_counters(tmp_path / "absent") == {}
+        assert nixl_probe.counter_deltas({"a": 1, "b": 2}, {"a": 5, "c": 1}) == {"a": 4}
+
+    def test_a_counter_is_summed_over_devices_and_only_where_read(self):
+        counters = {"rdmap0/1/rdma_read_bytes": 3, "rdmap1/1/rdma_read_bytes": 4, "rdmap0/1/recv_bytes": 1}
+        assert kv_transfer.counter_total(counters, "rdma_read_bytes") == 7
+        assert kv_transfer.counter_total({}, "rdma_read_bytes") is None
+
+
 class TestTheCommand:
     def test_verify_moves_256_mib_by_default_in_4_mib_blocks_and_0_skips_it(self, tmp_path):
         from ops.cli import _kv_target, build_parser
@@ -428,7 +571,7 @@ class TestTheCommand:
 
         plan = plan_stack(stack_settings("dev"), stack="dev")
         assert plan.kv_floor == G6_FLOOR
-        assert "0.62 GB/s over TCP" in plan.kv_floor.summary()
+        assert "floor for `ops verify`: 0.40 GB/s" in plan.kv_floor.summary()
 
 
 def test_probe_spec_sizes():

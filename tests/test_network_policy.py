@@ -209,27 +209,32 @@ class TestEveryPathIsOnAPortThePodsDeclare:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(ray_ports.NIXL_SIDE_CHANNEL) == str(nixl.ports[0].port)
         )
 
-    def test_ucx_listens_where_the_workers_admit_it_and_only_when_ucx_moves_the_kv_cache(self, dev_stack):
-        """The dev plan moves the KV cache with UCX (g6 + a hybrid model): its tcp transport must listen on
-        ports the worker policy admits from the other GPU workers, or the decode side's reads hang."""
-        (ucx,) = [p for p in paths_of(settings()) if any(port.name == "ucx-tcp" for port in p.ports)]
+    def test_ucx_listens_where_the_workers_admit_it_and_only_when_ucx_moves_the_kv_cache(self):
+        """A stack that moves the KV cache with UCX (model.nixlBackends: [UCX]): its tcp transport must
+        listen on ports the worker policy admits from the other GPU workers, or the decode side's reads
+        hang."""
+        with_ucx = settings(model={"nixlBackends": ["UCX"]})
+        (ucx,) = [p for p in paths_of(with_ucx) if any(port.name == "ucx-tcp" for port in p.ports)]
         assert (ucx.peer, ucx.to) == ("ray-workers", "workers")
         assert ucx.peer_selector == {"podSelector": {"matchLabels": RAY_WORKER}}
         (port,) = ucx.ports
         assert (port.port, port.end_port) == ray_ports.UCX_TCP_PORTS
         assert not port.port <= ray_ports.NIXL_SIDE_CHANNEL <= port.end_port
         assert port.end_port < 32768  # below Linux's ephemeral range, where outgoing connections bind
-        worker = dev_stack.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
-        env = {e["name"]: e.get("value") for e in worker["template"]["spec"]["containers"][0]["env"]}
-        assert env["UCX_TCP_PORT_RANGE"] == f"{port.port}-{port.end_port}"
-        # Where LIBFABRIC carries it (a GPUDirect RDMA type), neither the range nor the path exist.
-        p5 = settings(gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8})
-        assert not [p for p in paths_of(p5) if any(port.name == "ucx-tcp" for port in p.ports)]
-        p5_worker = build_rayservice(p5, plan_stack(p5, stack="dev")).to_dict()["spec"]["rayClusterConfig"]
-        p5_env = {
-            e["name"] for e in p5_worker["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
-        }
-        assert "UCX_TCP_PORT_RANGE" not in p5_env
+
+        def worker_env(s: Any) -> dict[str, Any]:
+            spec = build_rayservice(s, plan_stack(s, stack="dev")).to_dict()["spec"]["rayClusterConfig"]
+            container = spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+            return {e["name"]: e.get("value") for e in container["env"]}
+
+        assert worker_env(with_ucx)["UCX_TCP_PORT_RANGE"] == f"{port.port}-{port.end_port}"
+        # Where LIBFABRIC carries it (every default plan, dev's g6 included), neither the range nor the path.
+        for default in (
+            settings(),
+            settings(gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8}),
+        ):
+            assert not [p for p in paths_of(default) if any(port.name == "ucx-tcp" for port in p.ports)]
+            assert "UCX_TCP_PORT_RANGE" not in worker_env(default)
 
 
 class TestPeers:

@@ -83,13 +83,13 @@ class TestSeedFacts:
                 "dtype": "bfloat16",
                 "gpu_memory_utilization": 0.9,
                 "enforce_eager": True,
-                # g6.8xlarge: no GPUDirect RDMA; Qwen3.5's state layers: no host buffers (kv_path.py)
+                # the seed's: LIBFABRIC with GPU buffers, emulated reads on g6 (planning/kv_path.py)
                 "kv_transfer_config": {
                     "kv_connector": "NixlConnector",
                     "kv_role": "kv_both",
                     "engine_id": side,
                     "kv_buffer_device": "cuda",
-                    "kv_connector_extra_config": {"backends": ["UCX"]},
+                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
             }
             assert config["deployment_config"]["num_replicas"] == 1

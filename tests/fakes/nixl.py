@@ -51,9 +51,19 @@ def recorded_logs(case: str) -> tuple[str, str]:
     return without_result(run["logs"][pair["serve"]]), without_result(run["logs"][pair["read"]])
 
 
-def efa_logs(*, hmem: bool) -> tuple[str, str]:
+EMULATED_WARNING = (
+    "libfabric:4242:1796220000::efa:core:efa_hmem_info_check_p2p_support_cuda():161<warn> Failed to "
+    "register CUDA buffer with the EFA device, FI_HMEM transfers that require peer to peer support will fail."
+)
+"""What libfabric 2.x's EFA provider logs at FI_LOG_LEVEL=warn on a NIC that cannot register GPU memory
+(prov/efa/src/efa_hmem.c:158-161 at v2.4.0, with src/log.c's prefix)."""
+
+
+def efa_logs(*, hmem: bool, emulated: bool = False) -> tuple[str, str]:
     """The libfabric recording as a node with EFA would log it. Edited: `provider=tcp` becomes
-    `provider=efa`, and with `hmem` the rails have FI_HMEM (GPUDirect RDMA types)."""
+    `provider=efa`; with `hmem` the rails have FI_HMEM (libfabric 2.x on every EFA type); with
+    `emulated` libfabric adds its warning that the GPU buffers could not be registered with the NIC (no
+    GPUDirect RDMA: g5, g6, g6e)."""
     logs = []
     for text in recorded_logs("libfabric-tcp"):
         text = text.replace("provider=tcp", "provider=efa")
@@ -61,6 +71,8 @@ def efa_logs(*, hmem: bool) -> tuple[str, str]:
             text = text.replace(
                 "Using provider without FI_HMEM support", "Using provider with FI_HMEM support"
             )
+        if emulated:
+            text = EMULATED_WARNING + "\n" + text
         logs.append(text)
     return logs[0], logs[1]
 
@@ -91,6 +103,8 @@ class Faults:
     """What NIXL picks for the transfer (default: the first backend asked for)."""
     gbytes_per_s: float = 3.0
     """The rate the transfer advances the clock by."""
+    efa_counters: dict[str, int] = field(default_factory=dict)
+    """How the reader's EFA hardware counters move over the transfers (none: no EFA device seen)."""
 
 
 @dataclass
@@ -262,6 +276,7 @@ class ProbePods:
                     make_buffer=make_buffer,
                     sleep=lambda _: time.sleep(0.001),
                     workdir=directory,
+                    counters=dict,
                 )
             except nixl_probe.ProbeError as error:
                 code, result = 1, {"role": "serve", "stage": error.stage, "error": error.detail}
@@ -284,7 +299,11 @@ class ProbePods:
         try:
             nixl_probe.emit(
                 nixl_probe.read(
-                    args, make_agent=self.nixl.make_agent, make_buffer=make_buffer, clock=self.clock
+                    args,
+                    make_agent=self.nixl.make_agent,
+                    make_buffer=make_buffer,
+                    clock=self.clock,
+                    counters=self._counters(),
                 ),
                 lines.append,
             )
@@ -294,6 +313,11 @@ class ProbePods:
             code = 1
         assert self.logs is not None, "the server starts first"
         return ExecResult("\n".join(lines) + "\n", self.logs[1], code)
+
+    def _counters(self) -> Callable[[], dict[str, int]]:
+        """The reader's counters: zero before the transfers, `Faults.efa_counters` after."""
+        readings = iter([dict.fromkeys(self.faults.efa_counters, 0), dict(self.faults.efa_counters)])
+        return lambda: next(readings, dict(self.faults.efa_counters))
 
     def _shell(self, script: str, directory: Path) -> ExecResult:
         done = subprocess.run(["sh", "-c", script, "_", str(directory)], capture_output=True, text=True)
