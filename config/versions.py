@@ -223,6 +223,20 @@ RAY_LLM_IMAGE_REPOSITORY = "ray"
 RAY_LLM_IMAGE_TAG = "serve-llm-cuda-v1.0"
 """AWS Ray LLM Deep Learning Container: Ray 2.58.0, vLLM, NIXL, libfabric/EFA, aws-ofi-nccl."""
 
+NIXL_VERSION = "1.3.1"
+"""NIXL in the image, with the UCX 1.21.0 its wheel bundles (`nixl-cu13`): Ray 2.58.0's `llm` extra pins
+`nixl==1.3.1` and `nixl-cu13==1.3.1`, as vLLM 0.26.0 does (requirements/kv_connectors.txt). The image's
+own lock file was not readable; its earlier 2.57.0 build locked 1.3.0. Both are recorded with GPU
+buffers in tests/fixtures/nixl/, with 1.5.1 (UCX 1.23) beside them."""
+
+EFA_INSTALLER_VERSION = "1.49.0"
+"""The EFA installer the image is built with (aws/deep-learning-containers docker/ray_llm/Dockerfile.cuda,
+`EFA_VERSION`), which puts libfabric 2.x in /opt/amazon/efa/lib (1.47.0 carried 2.4.0amzn1.0): the
+EFA provider's emulated reads of GPU memory without GPUDirect RDMA came with 2.0 (planning/kv_path.py).
+The image's changelog for v1.0 (2026-08-31) lists Ray 2.58.0, vLLM 0.26.0, PyTorch 2.11.0, CUDA 13.0.2
+and Python 3.13; it sets FI_PROVIDER=efa and FI_LOG_LEVEL=warn, and installs cuda-cudart-devel (the
+unversioned libcudart.so libfabric may dlopen)."""
+
 PYTHON_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
 """Where the serve readiness check (jobs/serve_ready.py) runs: Docker's official Python
 image, from ECR Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides
@@ -283,6 +297,9 @@ CHECKED: dict[str, datetime.date] = {
     # Read in Ray's and vLLM's release metadata when pinned (the commit that pinned each).
     "RAY_VERSION": datetime.date(2026, 11, 29),
     "VLLM_VERSION": datetime.date(2026, 12, 1),
+    # What the image carries, from Ray's wheel metadata, the image's Dockerfile and its changelog.
+    "NIXL_VERSION": datetime.date(2026, 12, 2),
+    "EFA_INSTALLER_VERSION": datetime.date(2026, 12, 2),
     # The image tags against their registries' listings when pinned; a tag is mutable, so a digest
     # (`serving.imageDigest`) is what makes a pull reproducible.
     "RAY_LLM_IMAGE_TAG": datetime.date(2026, 11, 29),

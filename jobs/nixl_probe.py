@@ -12,13 +12,17 @@ the backend and the buffer memory the stack's plan chose (planning/kv_path.py):
     read    in the other pod, given `ready.json` (base64): zeroes a buffer of the same shape, READs every
             block from the server `--iterations` times (the direction vLLM 0.26 uses: the decode worker
             reads the prefill worker's blocks, then notifies it), and prints the SHA-256 of each block
-            as it arrived after the first and the last transfer, the seconds each transfer took and the
-            backend NIXL chose. The buffer is zeroed before each checked transfer, so a block that never
-            arrived reads as zeros.
+            as it arrived after the first and the last transfer, the seconds each transfer took, the
+            backend NIXL chose, and how the EFA device's hardware counters moved (`rdma_read_bytes`
+            grows with reads the NIC serves, and stays at zero when libfabric emulates them). The
+            buffer is zeroed before each checked transfer, so a block that never arrived reads as
+            zeros.
 
 Each prints one line `NIXL-PROBE <json>` on stdout (serve into `serve.out`); what NIXL and UCX log goes
 to stderr and stdout beside it: NIXL_LOG_LEVEL=INFO makes the LIBFABRIC plugin name the libfabric
-provider its rails use, and UCX_PROTO_INFO=y makes UCX print which transport serves each operation.
+provider its rails use, FI_LOG_LEVEL=warn makes libfabric say when it cannot register GPU memory with the
+EFA device (its reads are then emulated), and UCX_PROTO_INFO=y makes UCX print which transport serves
+each operation.
 The caller reads the transport from those lines; this program only moves and measures bytes.
 
 The NIXL Python API used is nixl 1.3.1's (`nixl._api`, the import vLLM 0.26 uses), as pinned by the

@@ -16,12 +16,15 @@ What the verdicts rest on (`judge`):
 - integrity: each block's digest after the first and the last transfer against the server's; a block
   that reads as zeros never arrived (the reader zeroes its buffer before each checked transfer), the
   failure public reports describe for NIXL over libfabric (nixl#909);
-- the transport: the backend NIXL chose for the transfer (`query_xfer_backend`); with LIBFABRIC the
-  provider of its rails (`Created N rails using provider=efa`, NIXL's INFO log, which the probe turns
-  on) and FI_HMEM for GPU buffers; with UCX the transport UCX_PROTO_INFO names for remote reads
-  (`tcp/eth0`, or `srd/...`, UCX's own EFA transport);
+- what moved the bytes: the backend NIXL chose for the transfer (`query_xfer_backend`); with LIBFABRIC
+  the provider of its rails (`Created N rails using provider=efa`, NIXL's INFO log, which the probe
+  turns on), FI_HMEM for GPU buffers, and whether the reads were emulated through host bounce buffers
+  (libfabric's warning at FI_LOG_LEVEL=warn, the EFA device's `rdma_read_bytes` counter unmoved) or
+  served by the NIC (GPUDirect RDMA); with UCX the transport UCX_PROTO_INFO names for remote reads
+  (`tcp/eth0`, or `srd/...`, UCX's own EFA transport), in UCX 1.21's table layout and 1.22's. Where it
+  is not the mechanism the plan chose (planning/kv_path.py), the verdict says what to change;
 - the rate: the bytes of the timed transfers (all but the first, which also connects) over their time,
-  against the floor for the wire that carried them.
+  against the plan's floor, a share of what the planned path carries.
 """
 
 from __future__ import annotations

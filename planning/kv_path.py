@@ -20,7 +20,7 @@ source with its file and line):
   (base_worker.py `initialize_host_xfer_buffer`); that copy asserts one 4-D tensor per layer, so
   hybrid models (Mamba / Gated DeltaNet state layers) cannot use it.
 - UCX has no EFA transport NIXL uses here: it moves GPU buffers by staging them through host memory
-  over TCP, measured at 0.47 GB/s (0.46-0.50) between two processes on an H200 with NIXL 1.3.1
+  over TCP, measured at 0.47-0.57 GB/s between two processes on an H200 with NIXL 1.3.x and 1.5.1
   (tests/fixtures/nixl/).
 
 So, by GPU type:
@@ -79,9 +79,10 @@ rates move with the CPU, PCIe and the GPU's copy engines."""
 BOUNCE_COPY_GBYTES_S = (0.5, 1.0)
 """EFA emulated reads of GPU memory: one cudaMemcpy per ~8 KB packet caps each direction near
 0.9-1.0 GB/s (libfabric rdm/efa_rdm_pke_utils.c); plan for 0.5-1."""
-UCX_STAGING_GBYTES_S = (0.45, 0.5)
-"""UCX moving GPU buffers over TCP stages them through host memory: 0.47 GB/s (0.46-0.50) recorded with
-NIXL 1.3.1 between two processes on one H200 (tests/fixtures/nixl/ucx-gpu-tcp-*.json); tuning UCX's
+UCX_STAGING_GBYTES_S = (0.45, 0.55)
+"""UCX moving GPU buffers over TCP stages them through host memory ("software emulation" of the get):
+0.47 GB/s (0.46-0.50) measured with NIXL 1.3.1 between two processes on an H200, and 0.49-0.57 in the
+recordings with NIXL 1.3.0, 1.3.1 and 1.5.1 (tests/fixtures/nixl/ucx-gpu-tcp-*.json); tuning UCX's
 fragments, rails and protocol did not lift it above 0.53."""
 TCP_FLOW_GBPS = 10.0
 """EC2: a single TCP flow between instances of one cluster placement group reaches up to 10 Gbit/s
@@ -206,7 +207,12 @@ class Crossing:
         if self.seconds is None:
             return f"KV crossing time: a full {self.tokens}-token prompt's KV is {size}"
         low, high = self.seconds
-        time = _ms(low) if low == high else f"{_ms(low)}-{_ms(high)}"
+        if low == high:
+            time = _ms(low)
+        elif high < 1:
+            time = f"{low * 1000:.0f}-{high * 1000:.0f} ms"
+        else:
+            time = f"{_ms(low)}-{_ms(high)}"
         return f"KV crossing time: a full {self.tokens}-token prompt's KV ({size}) crosses in {time}"
 
 

@@ -102,3 +102,28 @@ def test_the_outputs_table_lists_every_output_the_stack_exports(dev_stack: Stack
         set(dev_stack.exports) - listed,
         listed - set(dev_stack.exports),
     )
+
+
+def test_the_kv_path_the_docs_state_is_the_one_the_stacks_render():
+    """README's picture and design.md's KV path table say what planning/kv_path.py decides, for dev (g6
+    and the hybrid default model) and for a P-series stack."""
+    from planning import plan_stack
+    from planning.kv_path import MECHANISM_NAMES
+    from tests.fakes.pulumi import stack_settings
+
+    dev = plan_stack(stack_settings("dev"), stack="dev")
+    p5 = plan_stack(
+        stack_settings("dev", gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8}),
+        stack="dev",
+    )
+    (picture,) = [line for line in (ROOT / "README.md").read_text().splitlines() if "KV cache: NIXL" in line]
+    assert f"NIXL {'+'.join(dev.kv_path.backends)} over EFA" in picture
+    assert "emulated reads on g6" in picture and dev.kv_path.mechanism == "emulated"
+    assert "GPUDirect RDMA on p5" in picture and p5.kv_path.mechanism == "gpudirect"
+    design = (ROOT / "docs" / "design.md").read_text()
+    (row,) = [line for line in design.splitlines() if line.startswith("| none (g5, g6, g6e) | hybrid")]
+    assert f"LIBFABRIC, GPU | {MECHANISM_NAMES[dev.kv_path.mechanism]} |" in row
+    assert dev.kv_floor.gbytes_s is not None and row.endswith(f"{dev.kv_floor.gbytes_s:.2f} |")
+    assert dev.kv_crossing.summary().endswith(
+        design.split("prompt's KV (32 KiB a token")[1].split("crosses in ")[1].split(",")[0]
+    )

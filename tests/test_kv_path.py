@@ -123,7 +123,7 @@ class TestInTheStack:
         at the emulated reads' 0.5-1.0 GB/s."""
         (line,) = [m for m in dev_stack.infos if m.startswith("KV crossing time")]
         assert "a full 4096-token prompt's KV (153 MiB per GPU, 25 MiB of it per-sequence state)" in line
-        assert line.endswith("crosses in 161 ms-321 ms")
+        assert line.endswith("crosses in 161-321 ms")
 
     def test_a_p5_stack_keeps_gpu_buffers_over_efa(self):
         run = run_stack(
@@ -301,7 +301,7 @@ class TestTheTransferFloor:
     def test_ucx_with_gpu_buffers_is_held_well_under_its_staging_ceiling(self):
         """0.47 GB/s (0.46-0.50) was recorded on an H200 with NIXL 1.3.1; a stack that chose UCX passes it."""
         floor = self.floor("g6.8xlarge", nixlBackends=["UCX"])
-        assert floor.mechanism == "tcp" and floor.gbytes_s == 0.2
+        assert floor.mechanism == "tcp" and floor.gbytes_s == 0.22
         assert floor.gbytes_s is not None and floor.gbytes_s < 0.46
 
     def test_ucx_with_host_buffers_is_held_to_half_of_one_tcp_flow(self):
