@@ -40,10 +40,17 @@ INSTANCE_METADATA = {"httpTokens": "required", "httpPutResponseHopLimit": 1}
 CNI, whatever namespace or network policy it has (pulumi-eks hard-codes 2)."""
 
 
+ONLY_RESERVED = "capacity-reservations-only"
+"""EC2's CapacityReservationPreference that never falls back to On-Demand."""
+
+
 def reservation_target(capacity: CapacityPlan) -> aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs:
-    """Launch into the reservation, by its ID or its resource group's ARN. No preference beside the
-    target (pulumi-aws: omit it or say `capacity-reservations-only`): a targeted launch runs in the
-    reservation or fails, it never falls back to On-Demand."""
+    """Launch into the reservation, by its ID or its resource group's ARN, and only there:
+    `capacity-reservations-only` ("If capacity isn't available, the instance will fail to launch",
+    botocore's LaunchTemplateCapacityReservationSpecificationRequest), the one preference EC2 accepts
+    beside a target. Without it, instances that target a group run On-Demand when the group has no
+    matching capacity left (EC2 user guide, capacity reservation groups). A Capacity Block's template
+    names the block alone, as EKS documents it (its market type already confines it)."""
     target = (
         aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
             capacity_reservation_resource_group_arn=capacity.reference
@@ -53,7 +60,10 @@ def reservation_target(capacity: CapacityPlan) -> aws.ec2.LaunchTemplateCapacity
             capacity_reservation_id=capacity.reference
         )
     )
-    return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(capacity_reservation_target=target)
+    return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+        capacity_reservation_preference=None if capacity.block else ONLY_RESERVED,
+        capacity_reservation_target=target,
+    )
 
 
 def managed_node_group(

@@ -183,9 +183,12 @@ class ClusterConfig(StrictModel):
 
 CAPACITY_RESERVATION_PATTERN = (
     r"cr-[0-9a-f]{17}"
-    r"|arn:aws(-[a-z]+)*:resource-groups:(?P<region>[a-z0-9-]+):[0-9]{12}:group/[A-Za-z0-9._-]{1,128}"
+    r"|arn:aws(-[a-z]+)*:resource-groups:(?P<region>[a-z]{2}(-[a-z]+)+-[0-9]):[0-9]{12}:group/"
+    r"(?P<group>[A-Za-z0-9_.-]{1,300}|[A-Za-z0-9_.-]{1,150}/[a-z0-9]{26})"
 )
-"""A capacity reservation's ID, or a resource group's ARN (EC2's `cr-` IDs are 17 hex digits)."""
+"""A capacity reservation's ID (EC2's `cr-` and 17 hex digits), or a resource group's ARN in either form
+Resource Groups documents (botocore's resource-groups model, `GroupArnV2`): `group/<name>` with a name
+of up to 300 letters, digits, `_`, `.` and `-`, or `group/<name>/<26-character id>`."""
 
 
 class NodeGroupConfig(StrictModel):
@@ -283,8 +286,9 @@ class GpuNodesConfig(NodeGroupConfig):
         description="Run the GPU nodes on reserved capacity: the ID of an EC2 Capacity Block for ML or of an "
         "On-Demand Capacity Reservation (`cr-...`), or the ARN of a resource group of On-Demand Capacity "
         "Reservations. Preview reads it and plans from it: the GPU zone is its zone, `instanceType` and the "
-        "sizes must fit it (`maxSize` at most the reserved count: launches that target a reservation never "
-        "fall back to On-Demand), a block must have started unless the stack is parked with desiredSize 0, "
+        "sizes must fit it (`maxSize` at most the reserved count: the launch template says "
+        "`capacity-reservations-only`, so a launch beyond the free capacity fails rather than run "
+        "On-Demand), a block must have started unless the stack is parked with desiredSize 0, "
         "and it logs how many nodes run on the reservation, what it costs and when it ends "
         "(docs/operations.md, "
         '"Reserved GPU capacity"). Adding or removing it replaces the GPU node group.',
@@ -296,7 +300,8 @@ class GpuNodesConfig(NodeGroupConfig):
         if value is not None and not re.fullmatch(CAPACITY_RESERVATION_PATTERN, value):
             raise ValueError(
                 f"{value!r} is neither a capacity reservation ID (`cr-` and 17 hex digits, as EC2 shows it) "
-                "nor a resource group ARN (arn:aws:resource-groups:<region>:<account>:group/<name>)"
+                "nor a resource group ARN (arn:aws:resource-groups:<region>:<account>:group/<name>, or "
+                "group/<name>/<id>)"
             )
         return value
 

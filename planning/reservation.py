@@ -58,6 +58,14 @@ class Reservation:
     tenancy: str = "default"
     placement_group: str | None = None
     """The name of the cluster placement group it was made in, if any."""
+    match_criteria: str = "targeted"
+    """`open`: any instance of its type, zone and platform in the account runs in it without asking;
+    `targeted`: only launches that name it (EC2's InstanceMatchCriteria)."""
+
+    @property
+    def used(self) -> int:
+        """Instances running in it now (the stack's own GPU nodes among them, once they run)."""
+        return max(0, self.total - self.available)
 
     @classmethod
     def from_api(cls, item: Mapping[str, Any]) -> Reservation:
@@ -75,6 +83,7 @@ class Reservation:
             platform=item.get("InstancePlatform") or LINUX,
             tenancy=item.get("Tenancy") or "default",
             placement_group=group_arn.rsplit("/", 1)[-1] or None,
+            match_criteria=item.get("InstanceMatchCriteria") or "targeted",
         )
 
     @property
@@ -137,7 +146,7 @@ class CapacityPlan:
         kind = "Capacity Block" if self.block else "On-Demand Capacity Reservation"
         if self.group:
             ids = ", ".join(r.id for r in self.reservations)
-            return f"resource group {self.reference.rsplit('/', 1)[-1]} ({kind}s {ids})"
+            return f"resource group {group_name(self.reference)} ({kind}s {ids})"
         return f"{kind} {self.reference}"
 
     def record(self) -> str:
@@ -202,10 +211,11 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
         if value > total:
             problems.append(
                 f"{KEY}: {name} reserves {total} x {first.instance_type}, fewer than "
-                f"{PROJECT}:gpuNodes.{size} {value}; a launch that targets a reservation never falls back "
-                f"to On-Demand, so the nodes beyond it would never start: set gpuNodes.{size} to at most "
-                f"{total}, or reserve more"
+                f"{PROJECT}:gpuNodes.{size} {value}; the GPU nodes launch with `capacity-reservations-only`, "
+                f"never on On-Demand, so the nodes beyond it would never start: set gpuNodes.{size} to at "
+                f"most {total}, or reserve more"
             )
+    warnings += _sharing_warnings(reservations, name, gpu.desired_size, parked)
     for r in reservations:
         problems += _state_problems(r, parked, gpu.desired_size, now, notes)
     placement = _placement_group(reservations, problems, warnings)
@@ -223,6 +233,32 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
             "(autoscaling.parked: true), then unpark"
         )
     return CapacityPlan(reference, tuple(reservations), placement, tuple(notes), tuple(warnings))
+
+
+def _sharing_warnings(
+    reservations: Sequence[Reservation], name: str, desired: int, parked: bool
+) -> list[str]:
+    """What other instances take of the reservation: an `open` one serves any matching instance of the
+    account, and whatever runs in it now leaves the rest free (`AvailableInstanceCount`)."""
+    warnings = []
+    for r in reservations:
+        if r.match_criteria == "open" and not r.block:
+            warnings.append(
+                f"{KEY}: {r.id} is open (InstanceMatchCriteria): any {r.instance_type} the account runs in "
+                f"{r.zone} without naming a reservation lands in it and takes a GPU node's place. Make it "
+                f"targeted, so only launches that name it use it: `aws ec2 modify-capacity-reservation "
+                f"--capacity-reservation-id {r.id} --instance-match-criteria targeted`"
+            )
+    active = [r for r in reservations if r.state == "active"]
+    free, used = sum(r.available for r in active), sum(r.used for r in active)
+    if active and used and not parked and desired > free:
+        warnings.append(
+            f"{KEY}: {name} has {free} of {sum(r.total for r in active)} reserved instance(s) free now; "
+            f"{used} run in it already (this stack's GPU nodes, if they run, and any other instance that "
+            f"uses it). Until desiredSize {desired} fit, the launches beyond the free capacity fail (the "
+            "GPU nodes never run On-Demand): free it, or lower gpuNodes.desiredSize"
+        )
+    return warnings
 
 
 def _state_problems(r: Reservation, parked: bool, desired: int, now: datetime, notes: list[str]) -> list[str]:
@@ -282,7 +318,8 @@ def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
     """How many GPU nodes run on the reservation, how many of it stay idle, what it costs, when it ends."""
     gpu = settings.gpu_nodes
     running = 0 if settings.autoscaling.parked else gpu.desired_size
-    idle = plan.total - running
+    others = max(0, sum(r.used for r in plan.reservations if r.state == "active") - running)
+    idle = max(0, plan.total - running - others)
     window = (
         f"{_day(plan.reservations[0].start)} to {_day(plan.ends)} ({_left(plan.ends, now)})"
         if plan.ends
@@ -295,10 +332,11 @@ def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
     )
     parked = settings.autoscaling.parked
     running_text = "parked: no GPU node runs on it" if parked else f"{running} GPU node(s) run on it"
+    taken = f", {others} taken by other instances" if others else ""
     return (
         f"GPU capacity: {plan.what}: {plan.total} x {plan.instance_type} in {plan.zone}, {window}; "
-        f"{running_text}, {idle} reserved stay idle, none On-Demand (up to {gpu.max_size} at maxSize, all "
-        f"on it); {billing}"
+        f"{running_text}{taken}, {idle} reserved stay idle, none On-Demand (up to {gpu.max_size} at "
+        f"maxSize, all on it: the launch template says capacity-reservations-only); {billing}"
     )
 
 
@@ -336,6 +374,11 @@ def _when(when: datetime | None, now: datetime) -> str:
     if when <= now:
         return f"at {_day(when)}"
     return f"at {_day(when)} ({_left(when, now).removesuffix(' left')} from now)"
+
+
+def group_name(arn: str) -> str:
+    """A resource group's name from its ARN, `group/<name>` or `group/<name>/<id>`."""
+    return arn.split(":group/", 1)[-1].split("/", 1)[0]
 
 
 def reservations_from_api(answer: Mapping[str, Any]) -> list[Reservation]:

@@ -89,7 +89,8 @@ class TestTheGpuNodesTargetIt:
     def test_an_odcr_is_targeted_by_id_on_demand_in_its_zone(self, odcr):
         template, group = gpu_template(odcr), gpu_group(odcr)
         assert template["capacityReservationSpecification"] == {
-            "capacityReservationTarget": {"capacityReservationId": ODCR_ID}
+            "capacityReservationPreference": "capacity-reservations-only",
+            "capacityReservationTarget": {"capacityReservationId": ODCR_ID},
         }
         assert "instanceMarketOptions" not in template
         assert group["capacityType"] == "ON_DEMAND" and group["instanceTypes"] == ["g6.8xlarge"]
@@ -121,24 +122,28 @@ class TestTheGpuNodesTargetIt:
         template, group = gpu_template(capacity_block), gpu_group(capacity_block)
         assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
         assert template["instanceType"] == "p5.48xlarge"
-        assert template["capacityReservationSpecification"]["capacityReservationTarget"] == {
-            "capacityReservationId": BLOCK_ID
-        }
+        assert template["capacityReservationSpecification"] == {
+            "capacityReservationTarget": {"capacityReservationId": BLOCK_ID}
+        }  # a block's market type confines it; EKS documents its template with the target alone
         assert len(template["networkInterfaces"]) == 32  # p5.48xlarge's network cards, an EFA each
         assert group["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in group
         assert "placement" not in template and not capacity_block.of_type(PLACEMENT)
 
-    def test_a_resource_group_is_targeted_by_its_arn(self):
+    def test_a_resource_group_is_targeted_by_its_arn_and_never_spills_onto_on_demand(self):
+        """EC2: instances that target a group run On-Demand when it has no matching capacity, unless the
+        preference is `capacity-reservations-only`."""
         members = (reservation(total=2), reservation("cr-0dc70000000000002", total=1))
         run = run_stack(
             stack="prod",
             overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
             aws=on(*members, groups={GROUP_ARN: ("cr-0dc70000000000001", "cr-0dc70000000000002")}),
         )
-        assert gpu_template(run)["capacityReservationSpecification"]["capacityReservationTarget"] == {
-            "capacityReservationResourceGroupArn": GROUP_ARN
+        assert gpu_template(run)["capacityReservationSpecification"] == {
+            "capacityReservationPreference": "capacity-reservations-only",
+            "capacityReservationTarget": {"capacityReservationResourceGroupArn": GROUP_ARN},
         }
-        assert any("3 x g6.8xlarge" in i for i in run.infos)
+        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        assert "3 x g6.8xlarge" in line and "none On-Demand" in line and "capacity-reservations-only" in line
 
     def test_on_an_existing_cluster_the_block_and_its_zone(self):
         run = block_run(stack="byo.example", gpuNodes={"desiredSize": 2})
@@ -215,7 +220,7 @@ class TestRefusedAtPreview:
         sizes = {"minSize": 0, "desiredSize": 2, "maxSize": 3, size: value}
         message = refused(odcr_run, reservation(total=2), **sizes)
         assert f"reserves 2 x g6.8xlarge, fewer than ray-llm-eks:gpuNodes.{size} {value}" in message
-        assert "never falls back to On-Demand" in message and f"gpuNodes.{size} to at most 2" in message
+        assert "never on On-Demand" in message and f"gpuNodes.{size} to at most 2" in message
 
     @pytest.mark.parametrize("state", ["expired", "cancelled", "payment-failed"])
     def test_a_block_that_has_ended_or_failed(self, state):
@@ -276,6 +281,88 @@ class TestRefusedAtPreview:
                 "prod",
                 gpuNodes={"capacityReservation": "arn:aws:resource-groups:eu-west-1:123456789012:group/gpus"},
             )
+
+
+class TestWhatOthersTakeOfIt:
+    """AvailableInstanceCount and InstanceMatchCriteria (EC2's DescribeCapacityReservations)."""
+
+    def test_a_partly_used_odcr_is_counted_and_warned_when_the_nodes_do_not_fit_what_is_free(self):
+        run = odcr_run(reservation(total=3, available=1), minSize=2, desiredSize=2, maxSize=3)
+        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        assert "2 GPU node(s) run on it, 1 reserved stay idle" in line
+        (warning,) = [w for w in run.warnings if "free now" in w]
+        assert "has 1 of 3 reserved instance(s) free now; 2 run in it already" in warning
+        assert "launches beyond the free capacity fail" in warning
+
+    def test_instances_of_others_are_named_in_the_coverage(self):
+        run = odcr_run(reservation(total=6, available=1), minSize=3, desiredSize=3, maxSize=3)
+        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        assert "3 GPU node(s) run on it, 2 taken by other instances, 1 reserved stay idle" in line
+        quiet = odcr_run(reservation(total=6, available=3), minSize=3, desiredSize=3, maxSize=3)
+        assert not any("free now" in w for w in quiet.warnings)  # 3 free cover desiredSize 3
+
+    def test_an_open_reservation_warns_that_any_matching_instance_takes_it(self):
+        run = odcr_run(reservation(total=3, InstanceMatchCriteria="open"))
+        (warning,) = [w for w in run.warnings if "is open (InstanceMatchCriteria)" in w]
+        assert "--instance-match-criteria targeted" in warning
+        assert not any("is open" in w for w in odcr_run(reservation(total=3)).warnings)
+
+
+class TestReferences:
+    @pytest.mark.parametrize(
+        "arn",
+        [
+            "arn:aws:resource-groups:us-east-1:123456789012:group/" + "g" * 300,
+            "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-pool/0123456789abcdefghijklmnop",
+            "arn:aws-us-gov:resource-groups:us-gov-west-1:123456789012:group/gpu_pool.v2",
+        ],
+    )
+    def test_every_resource_group_arn_form_is_accepted(self, arn):
+        from config.cluster import GpuNodesConfig
+
+        config = GpuNodesConfig.model_validate(
+            {
+                "instanceType": "g6.8xlarge",
+                "minSize": 0,
+                "desiredSize": 0,
+                "maxSize": 2,
+                "capacityReservation": arn,
+            }
+        )
+        assert config.capacity_reservation == arn
+
+    @pytest.mark.parametrize(
+        "arn",
+        [
+            "arn:aws:resource-groups:us-east-1:123456789012:group/" + "g" * 301,
+            "arn:aws:resource-groups:us-east-1:123456789012:group/gpu pool",
+            "arn:aws:resource-groups:us-east-1:123456789012:group/gpu/SHORT",
+        ],
+    )
+    def test_what_resource_groups_cannot_name_is_refused(self, arn):
+        from pydantic import ValidationError
+
+        from config.cluster import GpuNodesConfig
+
+        with pytest.raises(ValidationError, match="neither a capacity reservation ID"):
+            GpuNodesConfig.model_validate(
+                {
+                    "instanceType": "g6.8xlarge",
+                    "minSize": 0,
+                    "desiredSize": 0,
+                    "maxSize": 2,
+                    "capacityReservation": arn,
+                }
+            )
+
+    def test_a_groups_name_is_its_name_in_either_form(self):
+        from planning.reservation import group_name
+
+        assert (
+            group_name("arn:aws:resource-groups:us-east-1:1:group/gpu-pool/0123456789abcdefghijklmnop")
+            == "gpu-pool"
+        )
+        assert group_name("arn:aws:resource-groups:us-east-1:1:group/gpu-pool") == "gpu-pool"
 
 
 class TestThePreviewSays:
