@@ -424,9 +424,9 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
 
 def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
     """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
-    from planning.cost import PRICE_CACHE, PriceCache, planned_zone_count, price_queries, running_cost
+    from planning.cost import PriceCache, planned_zone_count, price_cache_path, price_queries, running_cost
 
-    cache = PriceCache(root / PRICE_CACHE, max_age=None)
+    cache = PriceCache(price_cache_path(root), max_age=None)
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
     return running_cost(settings, prices, planned_zone_count(settings), gpu_nodes)
 

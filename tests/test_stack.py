@@ -122,12 +122,6 @@ class TestDevStackBuildsTheSeedSystem:
         assert (gpu["operatingSystem"], gpu["gpu"]) == ("AL2023", True)
         assert dev_stack.exports["gpuAvailabilityZone"] == "sa-east-1a"
 
-    def test_gpu_zone_is_asked_of_aws(self, dev_stack: StackRun):
-        _token, args = next(c for c in dev_stack.calls if "InstanceTypeOfferings" in c[0])
-        assert args["locationType"] == "availability-zone"
-        assert args["filters"] == [{"name": "instance-type", "values": ["g6.8xlarge"]}]
-        assert args["region"] == "sa-east-1"
-
     def test_device_plugins_on_gpu_nodes_tolerating_their_taint(self, dev_stack: StackRun):
         releases = {r.inputs["chart"]: r.inputs for r in dev_stack.of_type(RELEASE)}
         nvidia = releases["nvidia-device-plugin"]
