@@ -14,17 +14,13 @@
                                                    └──► Observability: EBS CSI, Prometheus, Grafana, dcgm,
                                                         monitors, alerts, dashboards (scrape all of the above)
 
-On a cluster a team already runs (`cluster.existingClusterName`) the VPC and cluster are read, not built:
-the stack's own system and GPU node groups join it, and each add-on above is installed only where the
-cluster lacks it (`addons.*`; planning/where.py, planning/existing_cluster.py, planning/addons.py).
+On a team's cluster (`cluster.existingClusterName`) the VPC and cluster are read, not built: the stack's
+own node groups join it, and each add-on above is installed only where the cluster lacks it (`addons.*`).
 
-Everything that can be wrong with the configuration fails in `load_settings` (the stack file) or in
-`planning` (what the hardware and AWS can carry), before the first resource is registered. What the
-plan needs from AWS is read first, all of it through one interface (`World`, world/reads.py): which
-zones offer the GPU type, EC2's instance types, the reservation the GPU nodes run on, what this stack
-recorded when it was first deployed, who created its cluster, and a team's cluster. This file only
-composes: the reads are in world/, the decisions in planning/, the objects in manifests/, the
-resources in components/.
+This file only composes. What the plan needs is read first, through one interface (`World`: world/),
+as the AWS provider's identity; `load_settings` (the stack file) and planning/ (what the hardware and
+AWS can carry, where the stack serves) refuse what cannot work before the first resource; manifests/
+renders the Kubernetes objects and components/ holds the resources.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ from components.model_cache import ModelCache
 from components.network import Network
 from components.observability import Observability
 from components.rayservice import RayService
-from config import PROJECT, Settings, load_settings
+from config import PROJECT, load_settings
 from manifests.addons import own_namespaces
 from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags
 from manifests.endpoint import build_endpoint
@@ -59,16 +55,15 @@ from manifests.observability import build_observability, scraper
 from manifests.pod_identity import cluster_arn
 from manifests.rayservice import build_serving
 from manifests.serving_network import serving_policies
-from planning import Plan, plan_stack
+from planning import plan_stack
 from planning.access import partition_of
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
 from planning.names import copied_names
-from planning.reservation import CapacityPlan, plan_capacity
+from planning.reservation import on_reservation
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
-from planning.where import Where, own_cluster, team_cluster
-from world import Caller, World, provider_identity
-from world.reads import cluster_creator, existing_cluster, instance_types, reservations
+from world import World, provider_identity
+from world.reads import instance_types, reserved, where_it_serves
 
 PROJECT_DIR = Path(__file__).parent
 
@@ -76,38 +71,6 @@ PROJECT_DIR = Path(__file__).parent
 def stack_config() -> dict[str, Any]:
     """Every config value of the stack, keyed `namespace:key`, as the Pulumi engine hands it over."""
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-
-
-def reserved_capacity(settings: Settings, world: World) -> tuple[Settings, CapacityPlan | None]:
-    """The reservation the GPU nodes run on, read and planned (planning/reservation.py), and the settings
-    with the GPU zone pinned to its zone; the settings as they are without one."""
-    reference = settings.gpu_nodes.capacity_reservation
-    if not reference:
-        return settings, None
-    capacity = plan_capacity(settings, reservations(world, reference), world.now())
-    gpu = settings.gpu_nodes.model_copy(update={"availability_zone": capacity.zone})
-    return settings.model_copy(update={"gpu_nodes": gpu}), capacity
-
-
-def where_it_serves(settings: Settings, plan: Plan, stack_id: str, world: World, caller: Caller) -> Where:
-    """Its own VPC and cluster, or a team's: what the world says, as planning/where.py decides it."""
-    offered = world.zones_offering(settings.gpu_nodes.instance_type)
-    name = settings.cluster.existing_cluster_name
-    if name:
-        cluster = existing_cluster(world, name)
-        principals = (*settings.cluster.admin_principal_arns, *settings.cluster.viewer_principal_arns)
-        return team_cluster(
-            settings,
-            cluster=cluster,
-            record=world.existing_record(stack_id),
-            offered=offered,
-            inventory=world.inventory(cluster),
-            own_namespaces=own_namespaces(settings, name),
-            team_entries=world.access_entries(cluster.name, principals, stack_id),
-        )
-    record = world.stack_record(stack_id)
-    creator = cluster_creator(world, record, plan.cluster_name, caller.arn)
-    return own_cluster(settings, plan, stack_id, record=record, offered=offered, creator=creator)
 
 
 def warn(message: str | None) -> None:
@@ -127,24 +90,19 @@ def main(world: World | None = None) -> None:
         from world.aws import AwsWorld
 
         world = AwsWorld(identity, PROJECT_DIR)
-    settings, capacity = reserved_capacity(settings, world)
+    settings, capacity = on_reservation(settings, reserved(settings, world), world.now())
     caller = world.caller()
     plan = plan_stack(
         settings, stack=stack, ec2=instance_types(settings, world), account_id=caller.account_id
     )
     stack_id = f"{PROJECT}/{stack}"
-    where = where_it_serves(settings, plan, stack_id, world, caller)
+    where = where_it_serves(
+        settings, plan, stack_id, world, caller, own_namespaces(settings, plan.cluster_name)
+    )
     if where.existing:
         plan = replace(plan, context=where.context)
     addons = where.context.addons
-    for message in (
-        plan.hardware_summary(),
-        plan.fit.summary(),
-        plan.kv_path.summary(),
-        plan.kv_floor.summary(),
-        *where.infos,
-        *(capacity.notes if capacity else ()),
-    ):
+    for message in (*plan.summaries(), *where.infos, *(capacity.notes if capacity else ())):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, world.stack_files(stack))
     for message in (*plan.warnings, *where.warnings, *(capacity.warnings if capacity else ()), *copies):
@@ -166,7 +124,6 @@ def main(world: World | None = None) -> None:
 
     cluster: Cluster | ExistingCluster
     if where.existing:
-        network = None
         cluster = ExistingCluster(
             "cluster",
             plan=where.existing,

@@ -15,11 +15,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from config import PROJECT, ConfigError, Settings
+from planning import Plan
 from planning.addons import Inventory
 from planning.catalog import Ec2InstanceType
 from planning.existing_cluster import ClusterDescription
 from planning.reservation import KEY as RESERVATION_KEY
 from planning.reservation import Reservation
+from planning.where import Where, own_cluster, team_cluster
 from planning.zones import StackRecord
 
 EXISTING_CLUSTER_KEY = f"{PROJECT}:cluster.existingClusterName"
@@ -132,6 +134,12 @@ def existing_cluster(world: World, name: str) -> ClusterDescription:
         ) from None
 
 
+def reserved(settings: Settings, world: World) -> list[Reservation] | None:
+    """The reservations `gpuNodes.capacityReservation` names, None when it names none (On-Demand)."""
+    reference = settings.gpu_nodes.capacity_reservation
+    return reservations(world, reference) if reference else None
+
+
 def reservations(world: World, reference: str) -> list[Reservation]:
     try:
         return world.reservations(reference)
@@ -151,3 +159,32 @@ def record_of(found: Sequence[str], what: str, stack_id: str, tags_of: Any) -> S
             [f"{what} {sorted(found)} all carry {TAG_STACK}={stack_id}; remove the tag from all but one"]
         )
     return StackRecord.from_tags(tags_of(found[0])) if found else None
+
+
+def where_it_serves(
+    settings: Settings,
+    plan: Plan,
+    stack_id: str,
+    world: World,
+    caller: Caller,
+    own_namespaces: Mapping[str, str],
+) -> Where:
+    """Its own VPC and cluster, or a team's: what the world says, as planning/where.py decides it.
+    `own_namespaces`: where the stack's own add-ons run (manifests/addons.py)."""
+    offered = world.zones_offering(settings.gpu_nodes.instance_type)
+    name = settings.cluster.existing_cluster_name
+    if name:
+        cluster = existing_cluster(world, name)
+        principals = (*settings.cluster.admin_principal_arns, *settings.cluster.viewer_principal_arns)
+        return team_cluster(
+            settings,
+            cluster=cluster,
+            record=world.existing_record(stack_id),
+            offered=offered,
+            inventory=world.inventory(cluster),
+            own_namespaces=own_namespaces,
+            team_entries=world.access_entries(cluster.name, principals, stack_id),
+        )
+    record = world.stack_record(stack_id)
+    creator = cluster_creator(world, record, plan.cluster_name, caller.arn)
+    return own_cluster(settings, plan, stack_id, record=record, offered=offered, creator=creator)
