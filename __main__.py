@@ -44,6 +44,7 @@ from components.load_balancer_controller import LoadBalancerController
 from components.model_cache import ModelCache
 from components.network import Network
 from components.observability import Observability
+from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import PROJECT, load_settings
 from manifests.addons import own_namespaces
@@ -109,10 +110,8 @@ def main(world: World | None = None) -> None:
         pulumi.log.warn(message)
 
     # Who may hand the stack's Pod Identity roles to pods: this account's EKS, for this cluster.
-    trust = (
-        caller.account_id,
-        cluster_arn(partition_of(settings.region), settings.region, caller.account_id, plan.cluster_name),
-    )
+    partition = partition_of(settings.region)
+    trust = (caller.account_id, cluster_arn(partition, settings.region, caller.account_id, plan.cluster_name))
 
     CostEstimate(
         "cost",
@@ -163,6 +162,7 @@ def main(world: World | None = None) -> None:
         gpu_subnet = network.private_subnet_by_zone[where.gpu_zone]
     # The Pod Identity agent, where the stack installs it: what pods with AWS roles wait for.
     agent = [cluster.pod_identity_agent] if cluster.pod_identity_agent else []
+    roles = PodRoles(cluster.cluster_name, trust, partition)
     autoscaled = cluster_autoscaling(settings)
     gpu_nodes = GpuNodeGroup(
         "gpu",
@@ -180,10 +180,8 @@ def main(world: World | None = None) -> None:
         ClusterAutoscaler(
             "cluster-autoscaler",
             chart=cluster_autoscaler_chart(settings, cluster_name=plan.cluster_name),
-            cluster_name=cluster.cluster_name,
+            roles=roles,
             plain_cluster_name=plan.cluster_name,
-            pod_identity_trust=trust,
-            partition=partition_of(settings.region),
             provider=cluster.provider,
             after=[cluster.system_node_group, *agent, gpu_nodes.node_group],
         )
@@ -212,12 +210,10 @@ def main(world: World | None = None) -> None:
             "model-cache",
             plan=plan.model_cache,
             force_destroy=settings.model_cache.force_destroy,
-            cluster_name=cluster.cluster_name,
-            pod_identity_trust=trust,
+            roles=roles,
             namespace=settings.serving.namespace,
             readers=RAY_SERVICE_ACCOUNT,
             writers=COPY_SERVICE_ACCOUNT,
-            partition=partition_of(settings.region),
         )
         if plan.model_cache
         else None
@@ -248,11 +244,9 @@ def main(world: World | None = None) -> None:
             LoadBalancerController(
                 "load-balancer-controller",
                 chart=load_balancer_controller(settings, cluster_name=plan.cluster_name),
-                cluster_name=cluster.cluster_name,
-                pod_identity_trust=trust,
+                roles=roles,
                 vpc_id=vpc_id,
                 region=settings.region,
-                partition=partition_of(settings.region),
                 account_id=caller.account_id,
                 provider=cluster.provider,
                 after=[cluster.system_node_group, *agent],
@@ -277,10 +271,8 @@ def main(world: World | None = None) -> None:
         Observability(
             "observability",
             manifests=build_observability(settings, plan.cluster, capacity),
-            cluster_name=cluster.cluster_name,
-            pod_identity_trust=trust,
+            roles=roles,
             kubernetes_version=plan.cluster.kubernetes_version,
-            partition=partition_of(settings.region),
             provider=cluster.provider,
             system_nodes=[cluster.system_node_group],
             gpu_nodes=[gpu_nodes.node_group],
