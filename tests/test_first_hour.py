@@ -96,12 +96,11 @@ class TestPlan:
         assert out.count("hourly on-demand cost") == 0  # the program's own, unlabelled, is replaced
         assert len(out.splitlines()) < 60
 
-    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys):
+    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys, price_cache):
         config = minimal_config("us-east-1")
         write_stack(tmp_path, "mine", config)
         (tmp_path / "__main__.py").write_text("")
-        cache = tmp_path / ".cache" / "prices.json"
-        cache.parent.mkdir()
+        cache = price_cache
         import time
 
         keys = ["eks", "ec2:m7i.2xlarge", "ec2:g6.8xlarge", "nat", "nlb"]

@@ -155,10 +155,9 @@ def test_status_of_a_parked_stack_says_so_and_exits_0(tmp_path, capsys):
     assert "parked (autoscaling.parked): no RayService and no GPU workers; the endpoint answers 503" in out
 
 
-def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, capsys):
+def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, capsys, price_cache):
     (tmp_path / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
-    cache = tmp_path / ".cache" / "prices.json"
-    cache.parent.mkdir()
+    cache = price_cache
     prices = {"eks": 0.1, "ec2:m7i.2xlarge": 0.4, "ec2:g6.8xlarge": 2.0, "nat": 0.05, "nlb": 0.02}
     cache.write_text(json.dumps({f"sa-east-1/{k}": {"usd_per_hour": v, "at": 0} for k, v in prices.items()}))
 
