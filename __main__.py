@@ -3,7 +3,9 @@
     config ──► reads (world/: AWS and a team's cluster, as the AWS provider's identity) ──► planning
        ──► cost (Price List API) ──► VPC (private subnets, NAT) ──► EKS cluster + system node group
                                                    │                          ──► Kubernetes provider
-                                                   ├──► GPU node group (EFA, one zone) ──► device plugins ─┐
+                                                   ├──► GPU node group (EFA, one zone) ────────────────────┐
+                                                   │      ├──► device plugins (GPU pods pend until they    │
+                                                   │      │    advertise GPUs and EFA: no edge to Ray)     │
                                                    │      └──► Cluster Autoscaler (when it may resize)     │
                                                    ├──► KubeRay operator (system nodes) ───────────────────┤
                                                    ├──► AWS Load Balancer Controller ──┐                   │
@@ -185,7 +187,9 @@ def main(world: World | None = None) -> None:
             provider=cluster.provider,
             after=[cluster.system_node_group, *agent, gpu_nodes.node_group],
         )
-    device_plugins = DevicePlugins(
+    # The RayService does not wait for the device plugins: its GPU pods pend until the plugins advertise
+    # GPUs and EFA, and the readiness Job (manifests/readiness.py) waits for the model to serve.
+    DevicePlugins(
         "device-plugins",
         provider=cluster.provider,
         instance_type=settings.gpu_nodes.instance_type,
@@ -229,7 +233,6 @@ def main(world: World | None = None) -> None:
         depends_on=[
             *([kuberay.crds, kuberay.release] if kuberay else []),
             gpu_nodes.node_group,
-            *device_plugins.releases,
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
