@@ -1,5 +1,5 @@
 """Reserved GPU capacity (issue 31): with `gpuNodes.capacityReservation` the program reads the reservation
-(tests/fakes/capacity.py: EC2's answers in the mocked account, whose clock stands still) and the GPU node
+(the offline world's answers, world/offline.py, whose clock stands still) and the GPU node
 group targets it, in its zone, with what EKS requires of a Capacity Block; every contradiction is refused
 before any resource, naming the key and what to do; the preview logs the coverage, the cost and the end;
 and a Capacity Block's end is an alert that promtool proves.

@@ -4,8 +4,8 @@ type, with EFA, a placement group and an EFA security group of its own; every ad
 where the cluster lacks it; nothing of the team's can be changed or deleted by the stack; and whatever
 cannot work is refused at preview, naming the key and what to do.
 
-The team's cluster is tests/fakes/existing.py's (a mocked EKS, EC2 and Kubernetes API), which
-Pulumi.byo.example.yaml names.
+The team's cluster is the offline world's (world/offline.py; its invoke answers in tests/fakes/existing.py),
+which Pulumi.byo.example.yaml names.
 """
 
 from __future__ import annotations
