@@ -80,3 +80,13 @@ def test_no_test_module_imports_another():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [module or ""]
             wrong = [n for n in names if n.startswith("tests.test_")]
             assert not wrong, f"{path.name} imports {wrong}"
+
+
+def test_the_program_only_composes():
+    """__main__.py reads nothing itself: no invoke (pulumi_aws), no subprocess, no Kubernetes client;
+    every read goes through world/."""
+    tree = ast.parse((ROOT / "__main__.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"pulumi_aws", "subprocess", "kubernetes", "boto3"}
+    assert "world" in imported
