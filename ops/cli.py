@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="offline: what a preview would create, the hardware fit, the nodes and the hourly cost",
-        description="Run the Pulumi program under the test suite's mocks (no AWS, no Pulumi CLI) and print "
+        description="Run the Pulumi program offline, against the offline world the tests read too (no AWS, "
+        "no Pulumi CLI), and print "
         "what a first `pulumi up` would create, by component; the hardware and fit summaries; the nodes; "
         "and the hourly cost by part, from your last preview's cached Price List answers or else from "
         "the project's dated price snapshot (the report says which).",

@@ -112,7 +112,7 @@ def plan_report(
     gpu, system = settings.gpu_nodes, settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
-        f"Plan of stack {stack} in {settings.region}: the program under the test suite's mocks (no AWS, no "
+        f"Plan of stack {stack} in {settings.region}: the program against the offline world (no AWS, no "
         "Pulumi CLI). `pulumi preview` asks AWS and may differ in zones and names.",
         "",
     ]
