@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import PodIdentity
+from components.pod_identity import PodIdentity, PodRoles
 from manifests.charts import HelmChart
 from manifests.cluster_autoscaler import NAMESPACE, SERVICE_ACCOUNT, cluster_autoscaler_policy
 from manifests.network_policy import CLUSTER_AUTOSCALER_APP, no_instance_metadata
@@ -28,25 +28,23 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         name: str,
         *,
         chart: HelmChart,
-        cluster_name: pulumi.Input[str],
-        pod_identity_trust: tuple[str, str],
+        roles: PodRoles,
         plain_cluster_name: str,
-        partition: str,
         provider: k8s.Provider,
         after: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`cluster_name`: the cluster's name output (it waits for the cluster); `plain_cluster_name`:
-        the same name, for the policy's tag condition; `after`: the system node group, the Pod
+        """`roles`: where its role is handed out; `plain_cluster_name`: the cluster's name, for the
+        policy's tag condition; `after`: the system node group, the Pod
         Identity agent and the GPU node group."""
         super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
         identity = PodIdentity(
             f"{name}-role",
-            cluster_name=cluster_name,
-            trust=pod_identity_trust,
+            cluster_name=roles.cluster_name,
+            trust=roles.trust,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy=json.dumps(cluster_autoscaler_policy(partition, plain_cluster_name)),
+            policy=json.dumps(cluster_autoscaler_policy(roles.partition, plain_cluster_name)),
             description=f"Cluster Autoscaler ({NAMESPACE}/{SERVICE_ACCOUNT})",
             opts=pulumi.ResourceOptions(parent=self),
         )

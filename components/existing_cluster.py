@@ -31,9 +31,10 @@ from planning.zones import TAG_STACK
 SYSTEM_AMI = "AL2023_x86_64_STANDARD"
 
 
-def kubeconfig(plan: ExistingPlan, region: str) -> str:
-    """A kubeconfig of the cluster that authenticates with `aws eks get-token`, as pulumi-eks writes
-    its own (no credentials in it)."""
+def kubeconfig(plan: ExistingPlan, get_token: Sequence[str]) -> str:
+    """A kubeconfig of the cluster that authenticates with `aws eks get-token` (`get_token`: its
+    arguments, which ask as the AWS provider does: world/identity.py), as pulumi-eks writes its own (no
+    credentials in it)."""
     cluster = plan.cluster
     return json.dumps(
         {
@@ -57,7 +58,7 @@ def kubeconfig(plan: ExistingPlan, region: str) -> str:
                         "exec": {
                             "apiVersion": "client.authentication.k8s.io/v1beta1",
                             "command": "aws",
-                            "args": ["--region", region, "eks", "get-token", "--cluster-name", cluster.name],
+                            "args": list(get_token),
                         }
                     },
                 }
@@ -102,10 +103,12 @@ class ExistingCluster(pulumi.ComponentResource):
         stack_id: str,
         region: str,
         account_id: str,
+        get_token: Sequence[str],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`plan`: the cluster as read and where the stack's nodes go; `cni_uses_node_role`: the
-        cluster's VPC CNI has no role of its own, so aws-node on the stack's nodes borrows theirs."""
+        cluster's VPC CNI has no role of its own, so aws-node on the stack's nodes borrows theirs;
+        `get_token`: the `aws eks get-token` arguments of its kubeconfig, as the provider's identity."""
         super().__init__("ray-llm-eks:existing_cluster:ExistingCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         partition = partition_of(region)
@@ -211,6 +214,6 @@ class ExistingCluster(pulumi.ComponentResource):
                 opts=child,
             )
 
-        self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, region))
+        self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, get_token))
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import PodIdentity
+from components.pod_identity import PodIdentity, PodRoles
 from manifests.charts import HelmChart
 from manifests.load_balancer import (
     CONTROLLER_NAMESPACE,
@@ -42,11 +42,9 @@ class LoadBalancerController(pulumi.ComponentResource):
         name: str,
         *,
         chart: HelmChart,
-        cluster_name: pulumi.Input[str],
-        pod_identity_trust: tuple[str, str],
+        roles: PodRoles,
         vpc_id: pulumi.Input[str],
         region: str,
-        partition: str,
         account_id: str,
         provider: k8s.Provider,
         after: Sequence[pulumi.Resource],
@@ -56,13 +54,14 @@ class LoadBalancerController(pulumi.ComponentResource):
         `after`: the system node group and the Pod Identity agent."""
         super().__init__("ray-llm-eks:load_balancer_controller:LoadBalancerController", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        partition = roles.partition
         vpc_arn = pulumi.Output.from_input(vpc_id).apply(
             lambda vpc: f"arn:{partition}:ec2:{region}:{account_id}:vpc/{vpc}"
         )
         identity = PodIdentity(
             f"{name}-role",
-            cluster_name=cluster_name,
-            trust=pod_identity_trust,
+            cluster_name=roles.cluster_name,
+            trust=roles.trust,
             namespace=CONTROLLER_NAMESPACE,
             service_account=CONTROLLER_SERVICE_ACCOUNT,
             policy=vpc_arn.apply(

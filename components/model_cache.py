@@ -12,7 +12,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from components.pod_identity import PodIdentity
+from components.pod_identity import PodIdentity, PodRoles
 from planning.model_cache import ModelCachePlan
 
 READ = ["s3:GetObject"]
@@ -52,12 +52,10 @@ class ModelCache(pulumi.ComponentResource):
         *,
         plan: ModelCachePlan,
         force_destroy: bool,
-        cluster_name: pulumi.Input[str],
-        pod_identity_trust: tuple[str, str],
+        roles: PodRoles,
         namespace: str,
         readers: str,
         writers: str,
-        partition: str,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`readers`, `writers`: the service accounts (in `namespace`) of the Ray pods and the copy Job."""
@@ -124,11 +122,11 @@ class ModelCache(pulumi.ComponentResource):
             self.access.append(
                 PodIdentity(
                     f"{name}-{role_name}",
-                    cluster_name=cluster_name,
-                    trust=pod_identity_trust,
+                    cluster_name=roles.cluster_name,
+                    trust=roles.trust,
                     namespace=namespace,
                     service_account=service_account,
-                    policy=prefix_policy(partition, plan.bucket, plan.prefix, actions),
+                    policy=prefix_policy(roles.partition, plan.bucket, plan.prefix, actions),
                     description=f"{service_account} in {namespace}: {role_name} of {plan.uri}",
                     opts=child,
                 )

@@ -21,7 +21,7 @@ import pulumi_random as random
 from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
-from components.pod_identity import PodIdentity
+from components.pod_identity import PodIdentity, PodRoles
 from manifests.observability import (
     GRAFANA_ADMIN_SECRET,
     GRAFANA_ADMIN_USER,
@@ -46,10 +46,8 @@ class Observability(pulumi.ComponentResource):
         name: str,
         *,
         manifests: ObservabilityManifests,
-        cluster_name: pulumi.Input[str],
-        pod_identity_trust: tuple[str, str],
+        roles: PodRoles,
         kubernetes_version: str,
-        partition: str,
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
         gpu_nodes: Sequence[pulumi.Resource],
@@ -92,10 +90,8 @@ class Observability(pulumi.ComponentResource):
             namespace, operator = self._metrics_stack(
                 name,
                 manifests,
-                cluster_name,
-                pod_identity_trust,
+                roles,
                 kubernetes_version,
-                partition,
                 child,
                 system_nodes,
                 pod_identity_agent,
@@ -147,10 +143,8 @@ class Observability(pulumi.ComponentResource):
         self,
         name: str,
         manifests: ObservabilityManifests,
-        cluster_name: pulumi.Input[str],
-        pod_identity_trust: tuple[str, str],
+        roles: PodRoles,
         kubernetes_version: str,
-        partition: str,
         child: pulumi.ResourceOptions,
         system_nodes: Sequence[pulumi.Resource],
         pod_identity_agent: Sequence[pulumi.Resource],
@@ -168,16 +162,16 @@ class Observability(pulumi.ComponentResource):
             identity = PodIdentity(
                 f"{name}-ebs-csi",
                 cluster_name=None,
-                trust=pod_identity_trust,
+                trust=roles.trust,
                 namespace="kube-system",
                 service_account=EBS_CSI_SERVICE_ACCOUNT,
-                managed_policy_arns=[f"arn:{partition}:iam::aws:policy/{EBS_CSI_POLICY}"],
+                managed_policy_arns=[f"arn:{roles.partition}:iam::aws:policy/{EBS_CSI_POLICY}"],
                 description="EBS CSI driver (kube-system/ebs-csi-controller-sa): Prometheus's volume",
                 opts=aws_child,
             )
             driver = aws.eks.Addon(
                 f"{name}-ebs-csi",
-                cluster_name=cluster_name,
+                cluster_name=roles.cluster_name,
                 addon_name="aws-ebs-csi-driver",
                 addon_version=aws.eks.get_addon_version_output(
                     addon_name="aws-ebs-csi-driver", kubernetes_version=kubernetes_version, most_recent=True

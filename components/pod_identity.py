@@ -13,11 +13,23 @@ depends on it: on the role, every policy and attachment, and the association at 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 from manifests.pod_identity import trust_policy
+
+
+@dataclass(frozen=True)
+class PodRoles:
+    """What every component whose pods get AWS roles takes: the cluster whose associations hand the
+    roles out (its name output, so they wait for it), who may assume them (`trust`: account and cluster
+    ARN, manifests/pod_identity.py), and the partition their policies' ARNs are in."""
+
+    cluster_name: pulumi.Input[str]
+    trust: tuple[str, str]
+    partition: str
 
 
 class PodIdentity(pulumi.ComponentResource):

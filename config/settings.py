@@ -24,6 +24,7 @@ from config.cluster import CAPACITY_RESERVATION_PATTERN, ClusterConfig, GpuNodes
 from config.endpoint import EndpointConfig
 from config.network import NetworkConfig
 from config.observability import ObservabilityConfig
+from config.regions import AWS_REGIONS
 from config.serving import KubeRayConfig, ModelCacheConfig, ModelConfig, ServingConfig
 
 PROJECT = "ray-llm-eks"
@@ -41,17 +42,9 @@ class ConfigError(ValueError):
         super().__init__("invalid stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def _aws_regions() -> tuple[str, ...]:
-    """Every region the pinned pulumi-aws provider knows (its `Region` enum), GovCloud and China
-    included."""
-    from pulumi_aws._enums import Region
-
-    return tuple(region.value for region in Region)
-
-
 def region_problem(region: str) -> str | None:
     """Why `region` is not an AWS region, with the nearest names, or None."""
-    regions = _aws_regions()
+    regions = AWS_REGIONS
     if region in regions:
         return None
     near = difflib.get_close_matches(region, regions, n=3, cutoff=0.6)

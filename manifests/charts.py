@@ -16,7 +16,7 @@ from typing import Any
 from config import versions
 from config.serving import KubeRayConfig
 from manifests.k8s import namespace, pod_security_labels
-from manifests.network_policy import Allow, Port, deny_ingress_but, no_instance_metadata
+from manifests.network_policy import Allow, Port, closed_namespace
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 
 DEVICE_PLUGIN_NAMESPACE = "kube-system"
@@ -91,10 +91,7 @@ KUBERAY_METRICS_PORT = 8080
 def kuberay_policies(config: KubeRayConfig, prometheus: dict[str, Any]) -> list[dict[str, Any]]:
     """No IMDS; no ingress but Prometheus (the `prometheus` peer) on the metrics port. The chart has
     no admission webhook at 1.7.0; its probes come from the kubelet."""
-    return [
-        no_instance_metadata(config.namespace),
-        *deny_ingress_but(
-            config.namespace,
-            [Allow("prometheus", "metrics", (prometheus,), {}, (Port("metrics", KUBERAY_METRICS_PORT),))],
-        ),
-    ]
+    return closed_namespace(
+        config.namespace,
+        [Allow("prometheus", "metrics", (prometheus,), {}, (Port("metrics", KUBERAY_METRICS_PORT),))],
+    )

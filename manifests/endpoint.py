@@ -36,11 +36,9 @@ from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
 from manifests.load_balancer import LOAD_BALANCER_CLASS
 from manifests.network_policy import (
     BENCH_PODS,
-    SAME_NAMESPACE,
     Allow,
     Port,
-    deny_ingress_but,
-    no_instance_metadata,
+    closed_namespace,
     pods,
     vpc,
 )
@@ -435,36 +433,33 @@ def gateway_policies(settings: Settings, context: ClusterContext) -> list[dict[s
     is enforced on the NLB's security group), and the API server to the controller's webhook."""
     in_vpc = vpc(context.vpc_cidrs)
     proxies = proxy_selector(settings.serving.name, settings.serving.namespace)
-    return [
-        no_instance_metadata(GATEWAY_NAMESPACE),
-        *deny_ingress_but(
-            GATEWAY_NAMESPACE,
-            [
-                Allow("within", "the proxies' xDS stream to the controller, certgen", (SAME_NAMESPACE,), {}),
-                Allow(
-                    "load-balancer",
-                    "the NLB's traffic and health checks; ops verify through the API server's proxy",
-                    in_vpc,
-                    proxies,
-                    (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
-                ),
-                Allow(
-                    "bench",
-                    "ops bench's load test, from the serving namespace",
-                    (pods(BENCH_PODS, settings.serving.namespace),),
-                    proxies,
-                    (Port("listener", ENVOY_CONTAINER_PORT),),
-                ),
-                Allow(
-                    "api-server",
-                    "admission calls to the controller's webhook",
-                    in_vpc,
-                    {},
-                    (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
-                ),
-            ],
-        ),
-    ]
+    return closed_namespace(
+        GATEWAY_NAMESPACE,
+        [
+            Allow.within("the proxies' xDS stream to the controller, certgen"),
+            Allow(
+                "load-balancer",
+                "the NLB's traffic and health checks; ops verify through the API server's proxy",
+                in_vpc,
+                proxies,
+                (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
+            ),
+            Allow(
+                "bench",
+                "ops bench's load test, from the serving namespace",
+                (pods(BENCH_PODS, settings.serving.namespace),),
+                proxies,
+                (Port("listener", ENVOY_CONTAINER_PORT),),
+            ),
+            Allow(
+                "api-server",
+                "admission calls to the controller's webhook",
+                in_vpc,
+                {},
+                (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
+            ),
+        ],
+    )
 
 
 def _seconds(value: int) -> str:

@@ -127,11 +127,21 @@ class Allow:
     to: dict[str, str]
     ports: tuple[Port, ...] = ()
 
+    @classmethod
+    def within(cls, why: str) -> Allow:
+        """Every pod of the namespace to every other (`why`: who talks to whom there)."""
+        return cls("within", why, (SAME_NAMESPACE,), {})
+
     def rule(self) -> dict[str, Any]:
         rule: dict[str, Any] = {"from": list(self.peers)}
         if self.ports:
             rule["ports"] = [p.rule() for p in self.ports]
         return rule
+
+
+def closed_namespace(namespace: str, allows: Sequence[Allow]) -> list[dict[str, Any]]:
+    """What an add-on's namespace gets: no instance metadata, and no ingress but `allows`."""
+    return [no_instance_metadata(namespace), *deny_ingress_but(namespace, allows)]
 
 
 def deny_ingress_but(namespace: str, allows: Sequence[Allow]) -> list[dict[str, Any]]:

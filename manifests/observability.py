@@ -38,11 +38,9 @@ from manifests.k8s import namespace, pod_security_labels
 from manifests.network_policy import (
     PROMETHEUS_PODS,
     RAY_HEAD_PODS,
-    SAME_NAMESPACE,
     Allow,
     Port,
-    deny_ingress_but,
-    no_instance_metadata,
+    closed_namespace,
     pods,
     vpc,
 )
@@ -298,49 +296,43 @@ def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dic
     Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server (its service proxy,
     which `ops status` queries Prometheus through, and the operator's admission webhook), and the Ray
     head's dashboard, which asks Prometheus and Grafana for its metrics tabs (`head_dashboard_env`)."""
-    return [
-        no_instance_metadata(MONITORING_NAMESPACE),
-        *deny_ingress_but(
-            MONITORING_NAMESPACE,
-            [
-                Allow("within", "Grafana, Prometheus, Alertmanager, the operator", (SAME_NAMESPACE,), {}),
-                Allow(
-                    "api-server",
-                    "the service proxy to Prometheus (ops status), the operator's webhook",
-                    vpc(context.vpc_cidrs),
-                    {},
-                    (Port("prometheus", PROMETHEUS_PORT), Port("webhook", OPERATOR_WEBHOOK_PORT)),
-                ),
-                Allow(
-                    "ray-dashboard",
-                    "the Ray dashboard's metrics tabs",
-                    (pods(RAY_HEAD_PODS, settings.serving.namespace),),
-                    {},
-                    (Port("prometheus", PROMETHEUS_PORT), Port("grafana", GRAFANA_CONTAINER_PORT)),
-                ),
-            ],
-        ),
-    ]
+    return closed_namespace(
+        MONITORING_NAMESPACE,
+        [
+            Allow.within("Grafana, Prometheus, Alertmanager, the operator"),
+            Allow(
+                "api-server",
+                "the service proxy to Prometheus (ops status), the operator's webhook",
+                vpc(context.vpc_cidrs),
+                {},
+                (Port("prometheus", PROMETHEUS_PORT), Port("webhook", OPERATOR_WEBHOOK_PORT)),
+            ),
+            Allow(
+                "ray-dashboard",
+                "the Ray dashboard's metrics tabs",
+                (pods(RAY_HEAD_PODS, settings.serving.namespace),),
+                {},
+                (Port("prometheus", PROMETHEUS_PORT), Port("grafana", GRAFANA_CONTAINER_PORT)),
+            ),
+        ],
+    )
 
 
 def node_agents_policies(scraping: Scraper) -> list[dict[str, Any]]:
     """No IMDS; no ingress but Prometheus to dcgm-exporter. node-exporter runs on the host network,
     where no policy applies (it listens on the node's 9100; the node's security group governs it)."""
-    return [
-        no_instance_metadata(NODE_AGENTS_NAMESPACE),
-        *deny_ingress_but(
-            NODE_AGENTS_NAMESPACE,
-            [
-                Allow(
-                    "prometheus",
-                    "GPU metrics",
-                    (scraping.peer(),),
-                    {},
-                    (Port("metrics", DCGM_EXPORTER_PORT),),
-                )
-            ],
-        ),
-    ]
+    return closed_namespace(
+        NODE_AGENTS_NAMESPACE,
+        [
+            Allow(
+                "prometheus",
+                "GPU metrics",
+                (scraping.peer(),),
+                {},
+                (Port("metrics", DCGM_EXPORTER_PORT),),
+            )
+        ],
+    )
 
 
 def _relabel_cluster() -> list[dict[str, Any]]:

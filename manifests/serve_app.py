@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from config.autoscaling import AutoscalingConfig as ScalingSettings
 from config.autoscaling import SideScaling
+from config.base import SAFE_DUMPER
 from config.serving import ModelConfig
 from planning.kv_path import KvPath
 
@@ -136,7 +137,9 @@ class ServeConfig(ServeModel):
 
     def to_yaml(self) -> str:
         """The serveConfigV2 string: keys in declaration order, so the same config is the same text."""
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, width=120)
+        return yaml.dump(
+            self.to_dict(), Dumper=SAFE_DUMPER, sort_keys=False, default_flow_style=False, width=120
+        )
 
 
 NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"

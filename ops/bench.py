@@ -20,7 +20,7 @@ from typing import Any
 from config import Settings
 from manifests.bench import RESULT_MARKER, BenchOptions, bench_job
 from ops.kube import KubeApi, OpsError
-from planning.cost import PRICE_CACHE, CostReport, cost_report, planned_zone_count
+from planning.cost import CostReport, cost_report, planned_zone_count, price_cache_path
 
 METRICS = ("ttft", "itl", "tpot", "e2el")
 PERCENTILES = ("p50", "p90", "p99")
@@ -75,7 +75,7 @@ def stack_hourly(
     """The serving hourly cost and where its prices came from (what `ops plan` shows)."""
     from ops.plan import prices_for
 
-    prices, source = prices_for(settings, root / PRICE_CACHE, clock)
+    prices, source = prices_for(settings, price_cache_path(root), clock)
     return CostReport.total(cost_report(settings, prices, planned_zone_count(settings)).serving), source
 
 

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="offline: what a preview would create, the hardware fit, the nodes and the hourly cost",
-        description="Run the Pulumi program under the test suite's mocks (no AWS, no Pulumi CLI) and print "
+        description="Run the Pulumi program offline, against the offline world the tests read too (no AWS, "
+        "no Pulumi CLI), and print "
         "what a first `pulumi up` would create, by component; the hardware and fit summaries; the nodes; "
         "and the hourly cost by part, from your last preview's cached Price List answers or else from "
         "the project's dated price snapshot (the report says which).",
@@ -424,9 +425,9 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
 
 def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
     """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
-    from planning.cost import PRICE_CACHE, PriceCache, planned_zone_count, price_queries, running_cost
+    from planning.cost import PriceCache, planned_zone_count, price_cache_path, price_queries, running_cost
 
-    cache = PriceCache(root / PRICE_CACHE, max_age=None)
+    cache = PriceCache(price_cache_path(root), max_age=None)
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
     return running_cost(settings, prices, planned_zone_count(settings), gpu_nodes)
 

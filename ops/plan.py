@@ -1,14 +1,15 @@
 """`ops plan`: what a `pulumi preview` of a stack would show, offline, in one screen.
 
-The Pulumi program runs under the mocks the test suite uses (tests/fakes/pulumi.py: no Pulumi CLI, no
-AWS, no cluster), so what it registers is what a preview of a first `up` would create. The report:
+The Pulumi program runs offline (ops/offline.py: under Pulumi's mocks, no Pulumi CLI, no AWS, no
+cluster) against the offline world the stack file implies (world/offline.py, the world the tests read
+too), so what it registers is what a preview of a first `up` would create. The report:
 the preview's warnings, the hardware and fit summaries the program logs, the nodes, the resources by
 component, and the hourly cost by part. Prices come from the Price List answers your last preview
 cached (`.cache/prices.json`, a day at most) when there are any, else from the project's dated
 snapshot (planning/price_snapshot.py); the report says which.
 
-What the mocks cannot know, it says it does not know: the zones are the mocked world's (a region's
-zones a, b and c, each offering every type; the preview asks EC2), the account is 123456789012, and
+What the offline world cannot know, it says it does not know: the zones are its own (a region's zones
+a, b and c, each offering every type; the preview asks EC2), the account is 123456789012, and
 children of pulumi-eks' and the charts' components are not counted (they register in the engine).
 """
 
@@ -17,15 +18,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from config import Settings
 from ops.kube import OpsError
-from planning.cost import PRICE_CACHE, PriceCache, cost_report, price_queries
+from ops.offline import StackRun, run_offline
+from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
+from planning.names import stack_files_beside
 from planning.price_snapshot import snapshot_prices
-from planning.reservation import CapacityPlan, plan_capacity, reservations_from_api
+from planning.reservation import plan_capacity
+from world.offline import OfflineWorld
 
 COST_HEADER = "hourly on-demand cost"
 """How the program's own cost report begins (planning/cost.py): the plan shows its own, labelled."""
@@ -50,64 +53,17 @@ def without_secrets(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def mocked_reservations(settings: Settings) -> tuple[dict[str, Any], ...]:
-    """The reservation `gpuNodes.capacityReservation` names, as the mocked account holds it: active, of
-    the stack file's GPU type, maxSize of them, in the region's zone b (or the stack file's GPU zone), in
-    a cluster placement group, no end date. Whether it is a Capacity Block only EC2 can say; offline it
-    is an On-Demand Capacity Reservation."""
-    from tests.fakes.capacity import reservation
-
-    reference = settings.gpu_nodes.capacity_reservation
-    if not reference:
-        return ()
-    gpu = settings.gpu_nodes
-    zone = gpu.availability_zone or f"{settings.region}b"
-    found = "cr-00000000000000000" if reference.startswith("arn:") else reference
-    return (
-        reservation(
-            found, instance_type=gpu.instance_type, zone=zone, total=gpu.max_size, placement_group="reserved"
-        ),
-    )
-
-
-def mocked_capacity(settings: Settings) -> CapacityPlan | None:
-    """The mocked reservation, planned as the program plans it (for the plan's cost)."""
-    from tests.fakes.capacity import NOW
-
-    found = mocked_reservations(settings)
-    return (
-        plan_capacity(settings, reservations_from_api({"CapacityReservations": list(found)}), NOW)
-        if found
-        else None
-    )
-
-
-def run_offline(stack: str, config: dict[str, Any], settings: Settings | None = None) -> Any:
-    """The program under the suite's mocks; its errors as OpsError (exit 2: the stack cannot plan).
-    `settings`: the stack file's, for what the mocked account must hold (a reservation it names)."""
-    try:
-        from tests.fakes.existing import TeamCluster
-        from tests.fakes.pulumi import AwsState, run_stack
-    except ImportError as error:  # a copy without tests/: say what is missing
-        raise OpsError(f"ops plan runs the program under tests/fakes; {error}", exit_code=2) from None
+def run_plan(stack: str, config: dict[str, Any], settings: Settings, root: Path) -> StackRun:
+    """The program run offline against the stack file's offline world (world/offline.py); its refusal
+    as OpsError (exit 2: the stack cannot plan)."""
     values: dict[str, Any] = {}
     secrets: dict[str, Any] = {}
     for key, value in config.items():
         plain, secret = without_secrets(value)
         (secrets if secret else values)[key] = plain
-    existing = (values.get("ray-llm-eks:cluster") or {}).get("existingClusterName")
-    region = str(values.get("aws:region") or "us-east-1")
-    # A cluster of that name in the mocked world (tests/fakes/existing.py), its subnets in the region's zones.
-    aws = AwsState(team=TeamCluster.named(existing, region)) if existing else AwsState()
-    reservations = mocked_reservations(settings) if settings else ()
-    reference = settings.gpu_nodes.capacity_reservation if settings else None
-    if reservations and reference:
-        groups = (
-            {reference: (reservations[0]["CapacityReservationId"],)} if reference.startswith("arn:") else {}
-        )
-        aws = replace(aws, reservations=reservations, resource_groups=groups)
+    world = OfflineWorld.for_stack(settings, stack_files_beside(root, stack))
     try:
-        return run_stack(values, stack=stack, secrets=secrets or None, aws=aws)
+        return run_offline(values, stack=stack, world=world, secrets=secrets or None)
     except Exception as error:  # the program's own refusal, as a preview would print it
         message = str(error).strip().splitlines()
         raise OpsError(
@@ -152,11 +108,11 @@ def plan_report(
     root: Path,
     clock: Callable[[], float] = time.time,
 ) -> str:
-    run = run_offline(stack, config, settings)
+    run = run_plan(stack, config, settings, root)
     gpu, system = settings.gpu_nodes, settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
-        f"Plan of stack {stack} in {settings.region}: the program under the test suite's mocks (no AWS, no "
+        f"Plan of stack {stack} in {settings.region}: the program against the offline world (no AWS, no "
         "Pulumi CLI). `pulumi preview` asks AWS and may differ in zones and names.",
         "",
     ]
@@ -164,7 +120,7 @@ def plan_report(
         lines += [
             f"Cluster {settings.cluster.existing_cluster_name} is mocked too: Kubernetes 1.34, a VPC with "
             "private subnets in zones a to d, the Pod Identity agent, and a load balancer controller, "
-            "Prometheus and Cluster Autoscaler of its own (tests/fakes/existing.py). A preview reads "
+            "Prometheus and Cluster Autoscaler of its own (world/offline.py). A preview reads "
             "yours: its version, subnets and add-ons decide.",
             "",
         ]
@@ -172,7 +128,7 @@ def plan_report(
         lines += [
             f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
             f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
-            "(tests/fakes/capacity.py). A preview reads yours: its kind, zone, count, state and dates "
+            "(world/offline.py). A preview reads yours: its kind, zone, count, state and dates "
             "decide.",
             "",
         ]
@@ -196,7 +152,10 @@ def plan_report(
         extra = len(types) - 4
         more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
         lines.append(f"  {count:>3}  {name}: {shown}{more}")
-    prices, source = prices_for(settings, root / PRICE_CACHE, clock)
-    report = cost_report(settings, prices, len(zones) or 2, mocked_capacity(settings)).format().splitlines()
+    prices, source = prices_for(settings, price_cache_path(root), clock)
+    world = OfflineWorld.for_stack(settings, {})
+    reference = settings.gpu_nodes.capacity_reservation
+    capacity = plan_capacity(settings, world.reservations(reference), world.now()) if reference else None
+    report = cost_report(settings, prices, len(zones) or 2, capacity).format().splitlines()
     lines += ["", f"Cost ({source}):", *report[1:]]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from config import Settings
+from config.base import SAFE_DUMPER
 from manifests.endpoint import build_endpoint
 from manifests.observability import build_observability
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
@@ -26,9 +27,10 @@ from manifests.serving_network import serving_policies
 from planning import Plan
 
 
-class _ManifestDumper(yaml.SafeDumper):
+class _ManifestDumper(SAFE_DUMPER):
     """Multi-line strings as `|` blocks: serveConfigV2 is a YAML document inside a string, and escaped
-    `\\n`s would make it unreadable in review."""
+    `\\n`s would make it unreadable in review. libyaml's emitter where PyYAML has it (the same text,
+    several times faster on a stack's ~800 kB)."""
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ PRICE_REGION = "us-east-1"
 CACHE_SECONDS = 24 * 60 * 60
 PRICE_CACHE = ".cache/prices.json"
 """The cache, relative to the project directory (where Pulumi.yaml is)."""
+PRICE_CACHE_ENV = "RAY_LLM_EKS_PRICE_CACHE"
+"""A path that replaces it (the tests point it into a temporary directory)."""
+
+
+def price_cache_path(project_dir: Path) -> Path:
+    """Where the program and `ops` keep and read the Price List API's answers."""
+    return Path(os.environ.get(PRICE_CACHE_ENV) or project_dir / PRICE_CACHE)
 
 
 @dataclass(frozen=True)

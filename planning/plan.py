@@ -104,6 +104,16 @@ class Plan:
             f"/dev/shm {self.shm_size}"
         )
 
+    def summaries(self) -> tuple[str, ...]:
+        """What the preview logs about the hardware, the fit and the KV path."""
+        return (
+            self.hardware_summary(),
+            self.fit.summary(),
+            self.kv_path.summary(),
+            self.kv_floor.summary(),
+            self.kv_crossing.summary(),
+        )
+
 
 def default_cluster_name(stack: str) -> str:
     """`<project>-<stack>`, cut to what EKS accepts (letters, digits, hyphens, at most 100)."""

@@ -158,6 +158,18 @@ ON_DEMAND = "on-demand"
 """The record of a GPU node group on no reservation."""
 
 
+def on_reservation(
+    settings: Settings, reservations: Sequence[Reservation] | None, now: datetime
+) -> tuple[Settings, CapacityPlan | None]:
+    """The reservation the GPU nodes run on (None: On-Demand), planned, and the settings with the GPU
+    zone pinned to its zone; the settings as they are without one."""
+    if reservations is None:
+        return settings, None
+    capacity = plan_capacity(settings, reservations, now)
+    gpu = settings.gpu_nodes.model_copy(update={"availability_zone": capacity.zone})
+    return settings.model_copy(update={"gpu_nodes": gpu}), capacity
+
+
 def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: datetime) -> CapacityPlan:
     """Whether the GPU node group can run on `reservations` (what `gpuNodes.capacityReservation` names);
     ConfigError with every reason it cannot."""

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from config.base import load_yaml
+
 INDEX = Path(__file__).resolve().parent / "schemas" / "charts"
 
 TEMPLATE_FACTS: dict[str, dict[str, tuple[str, str]]] = {
@@ -147,7 +149,7 @@ def index(chart: str, version: str) -> dict[str, Any] | None:
     path = INDEX / f"{chart}-{version}.yaml"
     if not path.exists():
         return None
-    known = yaml.safe_load(path.read_text())
+    known = load_yaml(path.read_text())
     return {**known, "paths": {tuple(entry["path"]): entry for entry in known["paths"]}}
 
 

@@ -13,8 +13,8 @@ from ops.bench import dollars_per_million_output_tokens, parse_result, stack_hou
 from ops.cli import main
 from ops.kube import OpsError, job_state_of
 from tests.fakes.kube import healthy_cluster
+from tests.fakes.ops import KEYS, KUBECONFIG, pulumi_outputs
 from tests.fakes.pulumi import ROOT, stack_settings
-from tests.test_ops_gateway import KEYS, KUBECONFIG, pulumi_outputs
 from tests.validators import object_errors
 
 # The keys vLLM 0.26's `bench serve --save-result` writes (vllm/benchmarks/serve.py `benchmark` result and

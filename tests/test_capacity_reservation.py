@@ -1,5 +1,5 @@
 """Reserved GPU capacity (issue 31): with `gpuNodes.capacityReservation` the program reads the reservation
-(tests/fakes/capacity.py: EC2's answers in the mocked account, whose clock stands still) and the GPU node
+(the offline world's answers, world/offline.py, whose clock stands still) and the GPU node
 group targets it, in its zone, with what EKS requires of a Capacity Block; every contradiction is refused
 before any resource, naming the key and what to do; the preview logs the coverage, the cost and the end;
 and a Capacity Block's end is an alert that promtool proves.
@@ -7,7 +7,6 @@ and a Capacity Block's end is an alert that promtool proves.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import replace
@@ -25,7 +24,7 @@ from planning.reservation import Reservation, plan_capacity, reservations_from_a
 from tests.fakes import pulumi as fakes
 from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
 from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_settings
-from tests.test_observability import promtool
+from tests.validators import promtool
 
 TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -488,101 +487,6 @@ def replace_settings(settings: Any) -> Any:
     )
 
 
-class TestTheProgramReadsEc2:
-    """`__main__.capacity_reservations` itself (the mocks answer for it elsewhere): the AWS CLI's
-    commands, the stack's profile, and an error of AWS's as a refusal naming the key."""
-
-    @pytest.fixture
-    def program(self, monkeypatch):
-        from tests.fakes.pulumi import _load_program
-
-        asked: list[list[str]] = []
-        answers: dict[str, subprocess.CompletedProcess[str]] = {}
-
-        def run(command, **_):
-            asked.append(command)
-            for verb, answer in answers.items():
-                if verb in command:
-                    return answer
-            raise AssertionError(command)
-
-        monkeypatch.setattr(subprocess, "run", run)
-        return _load_program(), asked, answers
-
-    def test_a_reservation_by_id_as_the_profile_asks(self, program):
-        module, asked, answers = program
-        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
-            [], 0, json.dumps({"CapacityReservations": [block()]}), ""
-        )
-        (found,) = module.capacity_reservations(BLOCK_ID, "us-east-1", "platform")
-        assert found.block and found.total == 2 and found.end == NOW + timedelta(days=6)
-        assert asked == [
-            [
-                "aws",
-                "--profile",
-                "platform",
-                "--region",
-                "us-east-1",
-                "ec2",
-                "describe-capacity-reservations",
-                "--capacity-reservation-ids",
-                BLOCK_ID,
-                "--output",
-                "json",
-            ]
-        ]
-
-    def test_a_group_lists_its_members_first(self, program):
-        module, asked, answers = program
-        answers["list-group-resources"] = subprocess.CompletedProcess(
-            [],
-            0,
-            json.dumps(
-                {
-                    "Resources": [
-                        {
-                            "Identifier": {
-                                "ResourceArn": f"{ARN_PREFIX}:capacity-reservation/{ODCR_ID}",
-                                "ResourceType": "AWS::EC2::CapacityReservation",
-                            }
-                        }
-                    ]
-                }
-            ),
-            "",
-        )
-        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
-            [], 0, json.dumps({"CapacityReservations": [reservation()]}), ""
-        )
-        (found,) = module.capacity_reservations(GROUP_ARN, "us-east-1")
-        assert found.id == ODCR_ID and not found.block
-        assert asked[0][3:6] == ["resource-groups", "list-group-resources", "--group"]
-        assert asked[1][-3:] == [ODCR_ID, "--output", "json"]
-
-    def test_aws_refusing_is_a_refusal_naming_the_key(self, program):
-        module, _, answers = program
-        answers["describe-capacity-reservations"] = subprocess.CompletedProcess(
-            [],
-            254,
-            "",
-            "\nAn error occurred (UnauthorizedOperation) when calling the DescribeCapacityReservations",
-        )
-        with pytest.raises(
-            ConfigError, match=r"gpuNodes\.capacityReservation: EC2 in us-east-1 does not describe"
-        ):
-            module.capacity_reservations(ODCR_ID, "us-east-1")
-
-    def test_no_aws_cli(self, program, monkeypatch):
-        module, _, _ = program
-
-        def missing(*_: Any, **__: Any):
-            raise FileNotFoundError("aws")
-
-        monkeypatch.setattr(subprocess, "run", missing)
-        with pytest.raises(ConfigError, match="cannot run the AWS CLI"):
-            module.capacity_reservations(ODCR_ID, "us-east-1")
-
-
 def test_ops_plan_mocks_the_reservation_and_says_so(tmp_path: Path, capsys):
     from ops.cli import main
     from tests.fakes.pulumi import ROOT
@@ -599,7 +503,7 @@ def test_ops_plan_mocks_the_reservation_and_says_so(tmp_path: Path, capsys):
 
 def test_preflight_does_not_fail_on_the_gpu_quota_a_reservation_makes_moot():
     from ops.preflight import format_findings, preflight
-    from tests.test_first_hour import IDENTITY, ZONES, answers, quota
+    from tests.fakes.ops import IDENTITY, ZONES, answers, quota
 
     run = answers(
         {

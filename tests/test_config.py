@@ -179,6 +179,22 @@ def test_missing_region_is_named():
         load_settings(config)
 
 
+def test_the_pinned_regions_are_the_providers():
+    """config/regions.py copies pulumi-aws' Region enum (config/ imports no Pulumi package): a bump of
+    pulumi-aws that adds or drops a region fails here until the copy follows."""
+    from pulumi_aws._enums import Region
+
+    from config.regions import AWS_REGIONS
+
+    assert list(AWS_REGIONS) == [region.value for region in Region]
+
+
+def test_a_region_the_provider_does_not_know_is_refused_with_the_nearest():
+    config = {**stack_file_config("dev"), "aws:region": "us-east-7"}
+    with pytest.raises(ConfigError, match="aws:region: 'us-east-7' is not an AWS region; did you mean"):
+        load_settings(config)
+
+
 def test_other_namespaces_are_left_alone():
     """Keys of other packages (aws:, kubernetes:, pulumi:) are theirs to check."""
     config = {**stack_file_config("dev"), "aws:profile": "dev", "pulumi:tags": {"team": "ml"}}

@@ -4,8 +4,8 @@ type, with EFA, a placement group and an EFA security group of its own; every ad
 where the cluster lacks it; nothing of the team's can be changed or deleted by the stack; and whatever
 cannot work is refused at preview, naming the key and what to do.
 
-The team's cluster is tests/fakes/existing.py's (a mocked EKS, EC2 and Kubernetes API), which
-Pulumi.byo.example.yaml names.
+The team's cluster is the offline world's (world/offline.py; its invoke answers in tests/fakes/existing.py),
+which Pulumi.byo.example.yaml names.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from config import ConfigError
 from tests.fakes import pulumi as fakes
-from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TeamCluster, _workload
+from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TEAM_WITH_GATEWAY, TeamCluster, _workload
 from tests.fakes.pulumi import (
     EXISTING_CLUSTER_STACKS,
     AwsState,
@@ -54,24 +54,6 @@ THE_TEAMS = {
     "eks:index:ManagedNodeGroup",
     "awsx:ec2:Vpc",
 }
-
-
-TEAM_WITH_GATEWAY = replace(
-    TeamCluster(),
-    deployments=(
-        *TeamCluster().deployments,
-        _workload("Deployment", "gateways", "envoy-gateway", "gateway-helm", "envoyproxy/gateway:v1.8.2"),
-    ),
-    crds=(*TeamCluster().crds, "gatewayclasses.gateway.networking.k8s.io"),
-    gateway_classes=(
-        {
-            "metadata": {"name": "eg"},
-            "spec": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
-            "status": {"conditions": [{"type": "Accepted", "status": "True"}]},
-        },
-    ),
-)
-"""The team runs Envoy Gateway (in `gateways`, the default deploy mode) with an accepted GatewayClass."""
 
 
 def byo(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> StackRun:
@@ -579,8 +561,8 @@ class TestOffline:
 
         from ops.cli import _gateway_namespace
         from ops.kube import OpsError
+        from tests.fakes.ops import pulumi_outputs
         from tests.fakes.pulumi import ROOT, stack_settings
-        from tests.test_ops_gateway import pulumi_outputs
 
         args = argparse.Namespace(stack=STACK, root=ROOT)
         settings = stack_settings(STACK)
@@ -598,9 +580,8 @@ class TestOffline:
         from ops.cli import main
         from ops.kube import ServiceEndpoint
         from tests.fakes.kube import connect_with, healthy_cluster
+        from tests.fakes.ops import KUBECONFIG, FakeProcess, no_wait, prometheus_answers, pulumi_outputs
         from tests.fakes.pulumi import ROOT
-        from tests.test_ops_gateway import KUBECONFIG, pulumi_outputs
-        from tests.test_ops_observability import FakeProcess, no_wait, prometheus_answers
 
         placed = {
             "loadBalancerService": "gateways/ray-llm-gateway",
@@ -662,8 +643,8 @@ class TestOffline:
     )
     def test_preflight_finds_the_cluster(self, described, line):
         from ops.preflight import format_findings, preflight
+        from tests.fakes.ops import IDENTITY, ZONES, answers, quota
         from tests.fakes.pulumi import stack_settings
-        from tests.test_first_hour import IDENTITY, ZONES, answers, quota
 
         run = answers(
             {
@@ -678,120 +659,3 @@ class TestOffline:
         report, code = format_findings(preflight(stack_settings(STACK), run))
         assert line in report
         assert code == (0 if line.startswith("ok") else 2)
-
-
-class TestTheProgramReadsTheTeamsApi:
-    """`__main__.cluster_inventory` itself (the mocks answer for it elsewhere): the token from `aws eks
-    get-token`, the paths it lists, and what it makes of the answers, against a fake API client."""
-
-    @pytest.fixture
-    def program(self, monkeypatch):
-        import subprocess
-
-        from tests.fakes.pulumi import _load_program
-
-        asked: list[list[str]] = []
-
-        def run(command, **_):
-            asked.append(command)
-            return subprocess.CompletedProcess(
-                command, 0, json.dumps({"status": {"token": "k8s-aws-v1.t0k"}}), ""
-            )
-
-        monkeypatch.setattr(subprocess, "run", run)
-        program = _load_program()
-        return program, asked
-
-    def serve(self, monkeypatch, answers):
-        from types import SimpleNamespace
-
-        from kubernetes import client
-
-        calls: list[tuple[str, Any, dict[str, str]]] = []
-
-        def call_api(_self, path, method, query_params=None, header_params=None, **_):
-            calls.append((path, query_params, header_params or {}))
-            answer = answers(path)
-            if isinstance(answer, Exception):
-                raise answer
-            return SimpleNamespace(data=json.dumps(answer).encode())
-
-        monkeypatch.setattr(client.ApiClient, "call_api", call_api)
-        return calls
-
-    def test_what_it_lists_and_makes_of_it(self, program, monkeypatch):
-        from tests.fakes.existing import description, team_inventory
-
-        config = {
-            "metadata": {"namespace": "gateways", "name": "envoy-gateway-config"},
-            "data": {
-                "envoy-gateway.yaml": "provider:\n  kubernetes:\n    deploy:\n      type: GatewayNamespace\n"
-            },
-        }
-        team = replace(TEAM_WITH_GATEWAY, gateway_configs=(config,))
-        lists = team.api_lists()
-        by_path = {
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": lists["crds"],
-            "/apis/apps/v1/deployments": lists["deployments"],
-            "/apis/apps/v1/daemonsets": lists["daemonsets"],
-            "/apis/monitoring.coreos.com/v1/prometheuses": lists["prometheuses"],
-            "/apis/gateway.networking.k8s.io/v1/gatewayclasses": lists["gateway_classes"],
-            "/api/v1/configmaps": lists["gateway_configs"],
-            "/api/v1/namespaces": lists["namespaces"],
-        }
-        calls = self.serve(monkeypatch, by_path.__getitem__)
-
-        program, asked = program
-        read = program.cluster_inventory(description(team), "us-east-1")
-
-        assert read == team_inventory(team)
-        assert read.gateway_deploy_modes == {"gateways": "GatewayNamespace"}
-        assert asked == [
-            [
-                "aws",
-                "--region",
-                "us-east-1",
-                "eks",
-                "get-token",
-                "--cluster-name",
-                "platform-prod",
-                "--output",
-                "json",
-            ]
-        ]
-        assert {path for path, _, _ in calls} == set(by_path)
-        assert all(headers["Authorization"] == "Bearer k8s-aws-v1.t0k" for _, _, headers in calls)
-        for names_only in ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "/api/v1/namespaces"):
-            listed = next(c for c in calls if c[0] == names_only)
-            assert "PartialObjectMetadataList" in listed[2]["Accept"]  # metadata only, not every schema
-        assert read.namespace_labels["monitoring"] == {"kubernetes.io/metadata.name": "monitoring"}
-        configmaps = next(c for c in calls if c[0] == "/api/v1/configmaps")
-        assert configmaps[1] == [("fieldSelector", "metadata.name=envoy-gateway-config")]
-
-    def test_without_the_optional_crds_it_does_not_ask_for_them(self, program, monkeypatch):
-        from tests.fakes.existing import description
-
-        team = replace(TeamCluster(), crds=(), prometheuses=())
-        lists = team.api_lists()
-        answers = {
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": lists["crds"],
-            "/apis/apps/v1/deployments": lists["deployments"],
-            "/apis/apps/v1/daemonsets": lists["daemonsets"],
-            "/api/v1/configmaps": {"items": []},
-            "/api/v1/namespaces": lists["namespaces"],
-        }
-        calls = self.serve(monkeypatch, answers.__getitem__)
-        read = program[0].cluster_inventory(description(team), "us-east-1")
-        assert not read.prometheuses and not read.gateway_classes
-        assert {path for path, _, _ in calls} == set(answers)
-
-    def test_a_refusal_is_said_not_raised(self, program, monkeypatch):
-        from kubernetes.client.exceptions import ApiException
-
-        from tests.fakes.existing import description
-
-        self.serve(monkeypatch, lambda path: ApiException(status=403))
-        assert (
-            program[0].cluster_inventory(description(TeamCluster()), "us-east-1")
-            == "the API server answered 403"
-        )

@@ -21,9 +21,9 @@ from ops.preflight import format_findings, preflight, quota_of, vcpus_needed
 from planning.catalog import CATALOG
 from planning.names import copied_names, stack_files_beside
 from planning.price_snapshot import PRICES, SNAPSHOT_DATE, snapshot_prices
-from tests.fakes.kube import connect_with, healthy_cluster
+from tests.fakes.kube import connect_with, gateway_cluster, healthy_cluster
+from tests.fakes.ops import IDENTITY, KEYS, KUBECONFIG, ZONES, answers, pulumi_outputs, quota
 from tests.fakes.pulumi import ROOT, minimal_config, run_stack
-from tests.test_ops_gateway import KEYS, KUBECONFIG, gateway_cluster, pulumi_outputs
 
 
 def write_stack(root: Path, name: str, config: dict[str, Any]) -> None:
@@ -96,12 +96,11 @@ class TestPlan:
         assert out.count("hourly on-demand cost") == 0  # the program's own, unlabelled, is replaced
         assert len(out.splitlines()) < 60
 
-    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys):
+    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys, price_cache):
         config = minimal_config("us-east-1")
         write_stack(tmp_path, "mine", config)
         (tmp_path / "__main__.py").write_text("")
-        cache = tmp_path / ".cache" / "prices.json"
-        cache.parent.mkdir()
+        cache = price_cache
         import time
 
         keys = ["eks", "ec2:m7i.2xlarge", "ec2:g6.8xlarge", "nat", "nlb"]
@@ -129,28 +128,6 @@ class TestPlan:
         )
         assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 2
         assert "gpuNodes" in capsys.readouterr().err
-
-
-def answers(table: dict[str, tuple[int, str, str] | None]):
-    """A fake runner: the first word(s) of a command -> (exit, stdout, stderr); None: not installed."""
-
-    def run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        for prefix, answer in table.items():
-            if " ".join(command).startswith(prefix):
-                if answer is None:
-                    raise FileNotFoundError(command[0])
-                return subprocess.CompletedProcess(command, *answer)
-        raise AssertionError(f"unexpected command {command}")
-
-    return run
-
-
-IDENTITY = json.dumps({"Account": "123456789012", "Arn": "arn:aws:sts::123456789012:assumed-role/dev/me"})
-ZONES = json.dumps({"AvailabilityZones": [{"ZoneName": "sa-east-1a"}, {"ZoneName": "sa-east-1b"}]})
-
-
-def quota(value: float) -> tuple[int, str, str]:
-    return 0, json.dumps({"Quota": {"Value": value}}), ""
 
 
 class TestPreflight:

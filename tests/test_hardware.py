@@ -1,6 +1,6 @@
 """Every class of GPU hardware is used whole, as EC2 describes it: a worker requests its share of the
 node's EFA interfaces (all 32 on a p5.48xlarge it owns), GPUs nobody uses are refused unless accepted,
-and EC2's answer (tests/fixtures/ec2, real DescribeInstanceTypes figures) wins over the offline
+and EC2's answer (world/instance-types.json, real DescribeInstanceTypes figures) wins over the offline
 catalog, with a warning where they disagree. Each class renders a RayService that passes KubeRay's CRD,
 the Pod schema and Ray's own serve schemas."""
 

@@ -1,6 +1,8 @@
 """Each folder holds one kind of thing and imports only what the layout allows (docs/design.md, Layout):
-config imports nothing of ours, planning only config, manifests config and planning, ops everything
-but the Pulumi components; components hold only ComponentResources."""
+config imports nothing of ours and no Pulumi package, planning only config, world (every read of AWS
+and of a team's cluster) config and planning, manifests config and planning, ops everything but the
+Pulumi components; components hold only ComponentResources (and the frozen dataclasses they take); no
+product code imports the tests."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ ALLOWED = {
     "policy": set(),  # the policy pack runs from its own virtualenv: nothing of ours
     "config": {"config"},
     "planning": {"config", "planning"},
+    "world": {"config", "planning", "world"},
     "manifests": {"config", "planning", "manifests"},
-    "ops": {"config", "planning", "manifests", "ops"},
+    "ops": {"config", "planning", "manifests", "world", "ops"},
     "components": {"config", "planning", "manifests", "components"},
 }
-OURS = set(ALLOWED) | {"jobs", "policy"}
+OURS = set(ALLOWED) | {"jobs", "policy", "tests"}
 
 
-def imported_packages(path: Path) -> set[str]:
+def imported_packages(path: Path, ours: set[str] = OURS) -> set[str]:
     tree = ast.parse(path.read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -31,7 +34,7 @@ def imported_packages(path: Path) -> set[str]:
             names |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
-    return names & OURS
+    return names & ours
 
 
 @pytest.mark.parametrize("folder", sorted(ALLOWED))
@@ -47,7 +50,43 @@ def test_components_hold_only_component_resources_with_keyword_only_arguments():
             if not isinstance(node, ast.ClassDef):
                 continue
             bases = {ast.unparse(b) for b in node.bases}
+            if not bases and [ast.unparse(d) for d in node.decorator_list] == ["dataclass(frozen=True)"]:
+                continue  # what components take together (components/pod_identity.py's PodRoles)
             assert bases == {"pulumi.ComponentResource"}, f"{path.name}: {node.name} is not a component"
             init = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
             positional = [a.arg for a in init.args.args]
             assert positional == ["self", "name"], f"{node.name}: positional arguments {positional[2:]}"
+
+
+def test_config_imports_no_pulumi_package():
+    """config/ is read by `ops` and the policy-free tools too: the regions it checks are pinned data
+    (config/regions.py), not pulumi-aws' private enum."""
+    pulumi = {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pulumi_random", "pulumi_policy"}
+    for path in sorted((ROOT / "config").glob("*.py")):
+        assert not imported_packages(path, pulumi), f"{path.relative_to(ROOT)} imports a Pulumi package"
+
+
+def test_the_program_imports_no_test_code():
+    for path in [ROOT / "__main__.py", *sorted(p for f in ALLOWED for p in (ROOT / f).glob("*.py"))]:
+        assert "tests" not in imported_packages(path), f"{path.relative_to(ROOT)} imports tests"
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/fakes (or a helper module), never in another test module."""
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [module or ""]
+            wrong = [n for n in names if n.startswith("tests.test_")]
+            assert not wrong, f"{path.name} imports {wrong}"
+
+
+def test_the_program_only_composes():
+    """__main__.py reads nothing itself: no invoke (pulumi_aws), no subprocess, no Kubernetes client;
+    every read goes through world/."""
+    tree = ast.parse((ROOT / "__main__.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"pulumi_aws", "subprocess", "kubernetes", "boto3"}
+    assert "world" in imported

@@ -92,7 +92,7 @@ class TestEncryptedVolumes:
 
     @pytest.mark.parametrize("group", ["cluster-system", "gpu-nodes"])
     def test_every_node_group_encrypts_its_root_volume(self, dev_stack: StackRun, group: str):
-        transforms = dev_stack.transforms[group]
+        transforms = run_stack(with_transforms=True).transforms[group]
         assert [t for t in transforms if t.__qualname__.startswith("encrypted_root_volume")], group
         assert dev_stack.one(NODE_GROUP, group).inputs["diskSize"] > 0  # what the template's volume gets
 

@@ -31,7 +31,7 @@ from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_U
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
 from tests.ray_dashboards import generate
-from tests.validators import crd_package_errors
+from tests.validators import crd_package_errors, promtool
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CUSTOM = "kubernetes:monitoring.coreos.com/v1"
@@ -391,16 +391,6 @@ def test_a_typo_in_a_metric_name_is_caught():
     }
     with pytest.raises(ValueError):
         promql_parser.parse("sum(rate(ray_vllm_num_requests_running[5m])")
-
-
-def promtool() -> str:
-    found = shutil.which("promtool") or next(
-        (str(p) for p in (ROOT / ".cache" / "promtool").glob("usr/bin/promtool")), None
-    )
-    assert found, (
-        "promtool is not installed: .ci/run unpacks Debian's prometheus package into .cache/promtool"
-    )
-    return found
 
 
 class TestAlertsWithPromtool:

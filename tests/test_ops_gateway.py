@@ -9,8 +9,6 @@ status is hand-built in the shape Envoy Gateway writes (tests/fixtures/ops/READM
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -19,30 +17,12 @@ from ops.cli import main
 from ops.kube import ServiceEndpoint
 from ops.status import collect_status
 from ops.verify import CHECK_AUTH, CHECK_CHAT, CHECK_MODELS, VerifyTarget, verify
-from tests.fakes.kube import FakeKubeApi, connect_with, fixture_json, healthy_cluster
+from tests.fakes.kube import FakeKubeApi, connect_with, fixture_json, gateway_cluster, healthy_cluster
 from tests.fakes.nixl import SMALL_PROBE, probe_sleep
+from tests.fakes.ops import KEY, KEYS, KUBECONFIG, pulumi_outputs
 from tests.fakes.pulumi import NLB_HOSTNAME, ROOT
 
-KEY = "k3yk3yk3yk3yk3yk3yk3yk3yk3yk3yk3"
-KEYS = {"batch": "b" * 48, "default": KEY}
 GATEWAY = ServiceEndpoint("envoy-gateway-system", "ray-llm-gateway", 80)
-
-
-def pulumi_outputs(**outputs: Any):
-    """`pulumi stack output NAME --show-secrets --json`, answered per output name."""
-
-    def run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        name = command[3]
-        if name not in outputs:
-            return subprocess.CompletedProcess(
-                command, 255, "", f"error: current stack does not have output {name!r}"
-            )
-        return subprocess.CompletedProcess(command, 0, json.dumps(outputs[name]) + "\n", "")
-
-    return run
-
-
-KUBECONFIG = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "eks"}]}
 
 
 def verify_dev(cluster: FakeKubeApi, capsys, *argv: str, **outputs: Any) -> tuple[int, str, list[Any]]:
@@ -56,12 +36,6 @@ def verify_dev(cluster: FakeKubeApi, capsys, *argv: str, **outputs: Any) -> tupl
         sleep=probe_sleep(cluster.clock),
     )
     return code, capsys.readouterr().out, seen
-
-
-def gateway_cluster(key: str | None = KEY) -> FakeKubeApi:
-    cluster = healthy_cluster()
-    cluster.api_key = key
-    return cluster
 
 
 def test_through_the_gateway_a_keyless_request_gets_401_and_a_keyed_one_streams(capsys):

@@ -13,27 +13,8 @@ from manifests.pd_dashboard import status_queries
 from ops.cli import main
 from ops.status import collect_status
 from tests.fakes.kube import healthy_cluster
+from tests.fakes.ops import DECODE, PREFILL, FakeProcess, no_wait, prometheus_answers
 from tests.fakes.pulumi import ROOT
-
-PREFILL, DECODE = "Prefill:qwen3_5-9b", "Decode:qwen3_5-9b"
-
-
-def vector(value: float, **labels: str) -> dict[str, Any]:
-    return {"metric": labels, "value": [1764600000.0, str(value)]}
-
-
-def prometheus_answers() -> dict[str, list[dict[str, Any]]]:
-    queries = status_queries()
-    return {
-        queries["ttft_p50"]: [vector(0.21, deployment=PREFILL), vector(0.23, deployment=DECODE)],
-        queries["ttft_p95"]: [vector(0.48, deployment=PREFILL), vector(0.52, deployment=DECODE)],
-        queries["itl_p50"]: [vector(0.019, deployment=DECODE)],
-        queries["itl_p95"]: [vector(0.031, deployment=DECODE)],
-        queries["nixl_latency"]: [vector(0.0031)],
-        queries["nixl_throughput"]: [vector(1.2e9)],
-        queries["nixl_failures"]: [vector(0)],
-        queries["nixl_expired"]: [vector(0)],
-    }
 
 
 def test_status_shows_latency_per_side_and_the_kv_cache_over_nixl():
@@ -71,30 +52,6 @@ def test_status_before_any_request_and_without_prometheus():
         "Serving metrics: no Prometheus in the stack"
         in collect_status(cluster, "inference", "ray-llm").format()
     )
-
-
-class FakeProcess:
-    def __init__(self, command: list[str], exits_after: int | None):
-        self.command = command
-        self.polls = 0
-        self.exits_after = exits_after
-        self.terminated = False
-
-    def poll(self) -> int | None:
-        self.polls += 1
-        if self.terminated:
-            return -15
-        return 1 if self.exits_after is not None and self.polls > self.exits_after else None
-
-    def terminate(self) -> None:
-        self.terminated = True
-
-    def wait(self, timeout: float | None = None) -> int:
-        return -15
-
-
-def no_wait(_: float) -> None:
-    """The command's poll interval, without the wait."""
 
 
 def stack_outputs(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
@@ -198,10 +155,9 @@ def test_status_of_a_parked_stack_says_so_and_exits_0(tmp_path, capsys):
     assert "parked (autoscaling.parked): no RayService and no GPU workers; the endpoint answers 503" in out
 
 
-def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, capsys):
+def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, capsys, price_cache):
     (tmp_path / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
-    cache = tmp_path / ".cache" / "prices.json"
-    cache.parent.mkdir()
+    cache = price_cache
     prices = {"eks": 0.1, "ec2:m7i.2xlarge": 0.4, "ec2:g6.8xlarge": 2.0, "nat": 0.05, "nlb": 0.02}
     cache.write_text(json.dumps({f"sa-east-1/{k}": {"usd_per_hour": v, "at": 0} for k, v in prices.items()}))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from config.base import SAFE_LOADER
 from ops.cli import main
 from ops.render import KEY_PLACEHOLDER, RAY_TOKEN_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
@@ -89,7 +90,8 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     }
     assert code == 0, err
     documents = {
-        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in yaml.safe_load_all(out)
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+        for d in yaml.load_all(out, Loader=SAFE_LOADER)
     }
     keys = documents.pop(("Secret", "inference", "ray-llm-api-keys"))
     ray_token = documents.pop(("Secret", "inference", "ray-auth-token"))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime
 
 import pytest
-import yaml
 
 from config import ConfigError, versions
+from config.base import load_yaml
 from tests import aws_iam, chart_values
 from tests.fakes.pulumi import STACKS, run_stack, stack_settings
 from tests.helm_releases import releases, values_by_chart
@@ -209,7 +209,7 @@ class TestHelmValuesAgainstTheCharts:
     def test_no_index_entry_is_stale(self):
         """Each recorded path still covers a key a stack sets, so the indexes say what we use."""
         for path in sorted(chart_values.INDEX.glob("*.yaml")):
-            known = yaml.safe_load(path.read_text())
+            known = load_yaml(path.read_text())
             ours = values_by_chart(known["chart"])
             for entry in known["paths"]:
                 parts = tuple(entry["path"])

@@ -122,12 +122,6 @@ class TestDevStackBuildsTheSeedSystem:
         assert (gpu["operatingSystem"], gpu["gpu"]) == ("AL2023", True)
         assert dev_stack.exports["gpuAvailabilityZone"] == "sa-east-1a"
 
-    def test_gpu_zone_is_asked_of_aws(self, dev_stack: StackRun):
-        _token, args = next(c for c in dev_stack.calls if "InstanceTypeOfferings" in c[0])
-        assert args["locationType"] == "availability-zone"
-        assert args["filters"] == [{"name": "instance-type", "values": ["g6.8xlarge"]}]
-        assert args["region"] == "sa-east-1"
-
     def test_device_plugins_on_gpu_nodes_tolerating_their_taint(self, dev_stack: StackRun):
         releases = {r.inputs["chart"]: r.inputs for r in dev_stack.of_type(RELEASE)}
         nvidia = releases["nvidia-device-plugin"]
@@ -232,11 +226,16 @@ class TestGraph:
         for release in plugins:
             assert depends_on(dev_stack, release, gpu)
 
-    def test_rayservice_waits_for_kuberay_gpu_nodes_and_device_plugins(self, dev_stack: StackRun):
+    def test_rayservice_waits_for_kuberay_and_gpu_nodes_only(self, dev_stack: StackRun):
+        """Its GPU pods pend until the device plugins advertise GPUs and EFA, and the readiness Job
+        waits for the model to serve: waiting for the plugins' releases as well only lengthened the
+        critical path (about a minute, docs/time-to-serving.md)."""
         ray = dev_stack.one(RAYSERVICE)
         for release in dev_stack.of_type(RELEASE):
-            if release.inputs["chart"] in {*DEVICE_PLUGIN_CHARTS, "kuberay-operator"}:
-                assert depends_on(dev_stack, ray, release), release.inputs["chart"]
+            if release.inputs["chart"] == "kuberay-operator":
+                assert depends_on(dev_stack, ray, release)
+            if release.inputs["chart"] in DEVICE_PLUGIN_CHARTS:
+                assert not depends_on(dev_stack, ray, release), release.inputs["chart"]
         assert depends_on(dev_stack, ray, dev_stack.one(NODE_GROUP, "gpu-nodes"))
         namespace = dev_stack.one("kubernetes:core/v1:Namespace", "ray-llm-ns")
         assert depends_on(dev_stack, ray, namespace)

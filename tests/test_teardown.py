@@ -81,6 +81,24 @@ class TestControllersKeepTheirAccessUntilWhatTheyMadeIsGone:
         assert any(a.get("spec", {}).get("parentUrn") == controller.urn for a in role.aliases), role.aliases
 
 
+class TestTheGpuNodesOutliveWhatRunsOnThem:
+    def test_the_rayservice_and_the_device_plugins_go_before_the_gpu_node_group(self, dev_stack):
+        """`destroy` deletes a resource's dependents first. The RayService no longer waits for the device
+        plugins (its pods pend until they advertise GPUs), so the two may go in either order; both
+        still depend on the GPU node group, so neither outlives the nodes its pods run on."""
+        group = dev_stack.one("eks:index:ManagedNodeGroup", "gpu-nodes").urn
+        plugins = [
+            r
+            for r in dev_stack.of_type("kubernetes:helm.sh/v3:Release")
+            if r.inputs["chart"] in {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
+        ]
+        assert len(plugins) == 2
+        for reg in (*plugins, dev_stack.one(*RAYSERVICE)):
+            assert group in reg.dependencies, reg.name
+        rayservice = dev_stack.one(*RAYSERVICE)
+        assert not {p.urn for p in plugins} & set(rayservice.dependencies)
+
+
 class TestKeysThatMustNotVanish:
     @pytest.mark.parametrize("stack", STACKS)
     def test_the_stacks_keys_are_retained_never_protected(self, stack):

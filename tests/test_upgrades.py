@@ -86,7 +86,7 @@ class TestKubeRayCrds:
 class TestNodeUpdates:
     def test_the_gpu_node_group_rolls_without_a_surge_node(self, dev_stack):
         """pulumi-eks takes no update config, so a transform sets it on the node group it creates."""
-        no_surge, _root_volume = dev_stack.transforms["gpu-nodes"]
+        no_surge, _root_volume = run_stack(with_transforms=True).transforms["gpu-nodes"]
         child = pulumi.ResourceTransformArgs(
             custom=True,
             type_="aws:eks/nodeGroup:NodeGroup",

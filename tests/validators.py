@@ -14,6 +14,7 @@ import ast
 import copy
 import functools
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,16 @@ def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
             if not backends or not set(backends) <= {"LIBFABRIC", "UCX"}:
                 problems.append(f"{side}: NIXL backends {backends} are not LIBFABRIC and/or UCX")
     return problems
+
+
+def promtool() -> str:
+    """Prometheus's rule checker: on PATH, or where .ci/run unpacks it."""
+    from tests.fakes.pulumi import ROOT
+
+    found = shutil.which("promtool") or next(
+        (str(p) for p in (ROOT / ".cache" / "promtool").glob("usr/bin/promtool")), None
+    )
+    assert found, (
+        "promtool is not installed: .ci/run unpacks Debian's prometheus package into .cache/promtool"
+    )
+    return found

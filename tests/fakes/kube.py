@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.kube import EXEC_TIMEOUT_S, ExecResult, HttpResponse, OpsError, ServiceEndpoint, stack_prometheus
+from tests.fakes.ops import KEYS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ops"
 ACTIVE_CLUSTER = "ray-llm-6mzvd"
@@ -240,4 +241,11 @@ def healthy_cluster() -> FakeKubeApi:
         stream=fixture_text("chat_stream.sse").splitlines(),
     )
     cluster.exec_handler = ProbePods(cluster.clock)
+    return cluster
+
+
+def gateway_cluster(key: str | None = KEYS["default"]) -> FakeKubeApi:
+    """A healthy cluster whose gateway wants `key` (None: no key policy)."""
+    cluster = healthy_cluster()
+    cluster.api_key = key
     return cluster

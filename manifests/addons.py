@@ -1,0 +1,25 @@
+"""Where the stack's own of each add-on runs: its chart's namespace, by `addons` key (on a team's cluster,
+planning/addons.py tells the stack's own install from the team's by it)."""
+
+from __future__ import annotations
+
+from config import Settings
+from manifests.charts import efa_device_plugin, kuberay_operator, nvidia_device_plugin
+from manifests.cluster_autoscaler import cluster_autoscaler_chart
+from manifests.endpoint import envoy_gateway_chart
+from manifests.load_balancer import load_balancer_controller
+from manifests.observability import dcgm_exporter_chart, kube_prometheus_stack_chart
+
+
+def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
+    charts = {
+        "nvidiaDevicePlugin": nvidia_device_plugin(),
+        "efaDevicePlugin": efa_device_plugin(settings.gpu_nodes.instance_type),
+        "kuberay": kuberay_operator(settings.kuberay),
+        "loadBalancerController": load_balancer_controller(settings, cluster_name=cluster_name),
+        "envoyGateway": envoy_gateway_chart(),
+        "prometheus": kube_prometheus_stack_chart(settings),
+        "dcgmExporter": dcgm_exporter_chart(),
+        "clusterAutoscaler": cluster_autoscaler_chart(settings, cluster_name=cluster_name),
+    }
+    return {key: chart.namespace for key, chart in charts.items()}

@@ -1,0 +1,122 @@
+"""Where the stack serves, decided before any resource from what the world said: its own VPC and
+cluster (the zones and record of planning/zones.py), or a team's (planning/existing_cluster.py and
+planning/addons.py), with who may administer it and what the stack keeps as its record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from config import Settings
+from planning.access import AccessPlan, plan_access
+from planning.addons import Inventory, plan_addons
+from planning.context import ClusterContext
+from planning.context import existing_cluster as existing_context
+from planning.existing_cluster import ClusterDescription, ExistingPlan, plan_existing
+from planning.keys import key_choices, plan_key_changes
+from planning.plan import Plan
+from planning.reservation import ON_DEMAND, capacity_change_warnings
+from planning.zones import StackRecord, plan_zones
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the stack serves, as decided before any resource: its own VPC and cluster, or a team's."""
+
+    context: ClusterContext
+    gpu_zone: str
+    cluster_zones: tuple[str, ...]
+    """The zones of the cluster's (system) subnets."""
+    record: StackRecord
+    """What the stack keeps on its VPC (its own) or its EFA security group (an existing cluster's)."""
+    access: AccessPlan
+    existing: ExistingPlan | None = None
+    infos: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def installs_ebs_csi(self) -> bool:
+        """Whether the stack installs the EBS CSI driver (for Prometheus's volume): always on its own
+        cluster; on a team's, unless it runs the add-on."""
+        return self.existing is None or "aws-ebs-csi-driver" not in self.existing.cluster.addons
+
+
+def own_cluster(
+    settings: Settings,
+    plan: Plan,
+    stack_id: str,
+    *,
+    record: StackRecord | None,
+    offered: Sequence[str],
+    creator: str,
+) -> Where:
+    """The VPC and cluster the stack creates: zones and record from the stack's VPC (planning/zones.py);
+    `creator`: who created (or creates) its cluster."""
+    zones = plan_zones(settings, offered, record)
+    key_warnings = plan_key_changes(settings, record)
+    access = plan_access(settings, creator)
+    kept = StackRecord(
+        zones.cluster_zones,
+        zones.gpu_zone,
+        creator,
+        *key_choices(settings),
+        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+    )
+    return Where(
+        context=plan.cluster,
+        gpu_zone=zones.gpu_zone,
+        cluster_zones=zones.cluster_zones,
+        record=kept,
+        access=access,
+        infos=access.notes,
+        warnings=(*zones.warnings, *key_warnings, *capacity_change(settings, record)),
+    )
+
+
+def team_cluster(
+    settings: Settings,
+    *,
+    cluster: ClusterDescription,
+    record: StackRecord | None,
+    offered: Sequence[str],
+    inventory: Inventory | str,
+    own_namespaces: Mapping[str, str],
+    team_entries: Sequence[str],
+) -> Where:
+    """A team's cluster (`cluster.existingClusterName`): planned, with what runs in it
+    (planning/existing_cluster.py, planning/addons.py). `team_entries`: the listed principals that
+    already have an access entry the stack did not make."""
+    existing = plan_existing(settings, cluster, offered, record)
+    addons = plan_addons(
+        settings, inventory, ours=record.installed if record else (), own_namespaces=own_namespaces
+    )
+    access = plan_access(settings, None, existing_entries=list(team_entries))
+    _, volumes = key_choices(settings)
+    kept = StackRecord(
+        (existing.gpu_zone,),
+        existing.gpu_zone,
+        volume_key=volumes,
+        gpu_subnet=existing.gpu_subnet.id,
+        installed=tuple(sorted(addons.install)),
+        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+    )
+    return Where(
+        context=existing_context(settings, existing, addons),
+        gpu_zone=existing.gpu_zone,
+        cluster_zones=tuple(sorted({s.zone for s in existing.system_subnets})),
+        record=kept,
+        access=access,
+        existing=existing,
+        infos=(existing.summary(), *existing.notes, *addons.notes, *access.notes),
+        warnings=(
+            *existing.warnings,
+            *addons.warnings,
+            *plan_key_changes(settings, record),
+            *capacity_change(settings, record),
+        ),
+    )
+
+
+def capacity_change(settings: Settings, record: StackRecord | None) -> tuple[str, ...]:
+    """Whether this up moves the GPU nodes on, off or between reservations (none on a first up)."""
+    return capacity_change_warnings(settings, record.gpu_capacity) if record else ()
