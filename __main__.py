@@ -50,7 +50,7 @@ from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import PROJECT, load_settings
 from manifests.addons import own_namespaces
-from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags
+from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags, stack_tag
 from manifests.endpoint import build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
@@ -166,6 +166,8 @@ def main(world: World | None = None) -> None:
     agent = [cluster.pod_identity_agent] if cluster.pod_identity_agent else []
     roles = PodRoles(cluster.cluster_name, trust, partition)
     autoscaled = cluster_autoscaling(settings)
+    # On a team's cluster the stack's Cluster Autoscaler manages only the group with the stack's tag.
+    team_stack = stack if settings.cluster.existing_cluster_name else None
     gpu_nodes = GpuNodeGroup(
         "gpu",
         config=settings.gpu_nodes,
@@ -177,13 +179,15 @@ def main(world: World | None = None) -> None:
         network_cards=plan.gpu.network_cards or plan.gpu.efa_interfaces,
         record=where.record.tags(stack_id),
         capacity=capacity,
+        autoscaler_tag=stack_tag(team_stack) if team_stack and autoscaled else None,
     )
     if autoscaled and addons.installs("clusterAutoscaler"):
         ClusterAutoscaler(
             "cluster-autoscaler",
-            chart=cluster_autoscaler_chart(settings, cluster_name=plan.cluster_name),
+            chart=cluster_autoscaler_chart(settings, cluster_name=plan.cluster_name, stack=stack),
             roles=roles,
             plain_cluster_name=plan.cluster_name,
+            team_stack=team_stack,
             provider=cluster.provider,
             after=[cluster.system_node_group, *agent, gpu_nodes.node_group],
         )
@@ -285,6 +289,7 @@ def main(world: World | None = None) -> None:
             ebs_csi_driver=where.installs_ebs_csi,
             serving_namespace=ray_service.namespace,
             kuberay=[kuberay.release] if kuberay else [],
+            team_cluster=where.existing is not None,
         )
         if settings.observability.enabled
         else None

@@ -30,12 +30,14 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         chart: HelmChart,
         roles: PodRoles,
         plain_cluster_name: str,
+        team_stack: str | None = None,
         provider: k8s.Provider,
         after: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`roles`: where its role is handed out; `plain_cluster_name`: the cluster's name, for the
-        policy's tag condition; `after`: the system node group, the Pod
+        policy's tag condition; `team_stack`: on a team's cluster, the stack whose tag alone its rights
+        name; `after`: the system node group, the Pod
         Identity agent and the GPU node group."""
         super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
         identity = PodIdentity(
@@ -44,7 +46,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             trust=roles.trust,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
-            policy=json.dumps(cluster_autoscaler_policy(roles.partition, plain_cluster_name)),
+            policy=json.dumps(cluster_autoscaler_policy(roles.partition, plain_cluster_name, team_stack)),
             description=f"Cluster Autoscaler ({NAMESPACE}/{SERVICE_ACCOUNT})",
             opts=pulumi.ResourceOptions(parent=self),
         )

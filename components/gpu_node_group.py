@@ -18,7 +18,7 @@ no place for the reservation (planning/reservation.py says what EKS requires of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -28,12 +28,19 @@ from components.cluster import Cluster
 from components.existing_cluster import ExistingCluster
 from components.managed_nodes import managed_node_group
 from config.cluster import GpuNodesConfig
+from manifests.cluster_autoscaler import OWNED
 from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
 from planning.reservation import CapacityPlan
 from planning.upgrades import GPU_NODE_UPDATE
 
 GPU_AMI = "AL2023_x86_64_NVIDIA"
 """EKS's AL2023 AMI with NVIDIA's driver and container toolkit (what pulumi-eks picks for `gpu=True`)."""
+
+
+def auto_scaling_group(resources: Sequence[aws.eks.outputs.NodeGroupResource] | None) -> str:
+    """The name of the Auto Scaling group EKS made for a managed node group (its `resources`)."""
+    groups = [g.name for r in resources or () for g in r.autoscaling_groups or () if g.name]
+    return groups[0] if groups else ""
 
 
 def no_surge(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -66,6 +73,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         network_cards: int = 1,
         record: Mapping[str, str] | None = None,
         capacity: CapacityPlan | None = None,
+        autoscaler_tag: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
@@ -73,7 +81,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
         Autoscaler sizes the group, so Pulumi ignores its desired size; `tags`: the node group's
         (what Cluster Autoscaler reads for scale from zero). On an existing cluster: `network_cards`,
         the GPU type's (an EFA interface each), and `record`, the tags its EFA security group keeps.
-        `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is."""
+        `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is.
+        `autoscaler_tag`: on a team's cluster, the tag its Auto Scaling group gets so the stack's Cluster
+        Autoscaler finds and may resize it alone (manifests/cluster_autoscaler.py); EKS passes no node
+        group tag on to the group."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
         if isinstance(cluster, ExistingCluster) or capacity:
@@ -93,6 +104,15 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 security_groups=self._efa_security_groups(name, cluster, record or {}),
                 capacity=capacity,
             )
+            if autoscaler_tag:
+                aws.autoscaling.Tag(
+                    f"{name}-autoscaler-tag",
+                    autoscaling_group_name=self.node_group.resources.apply(auto_scaling_group),
+                    tag=aws.autoscaling.TagTagArgs(
+                        key=autoscaler_tag, value=OWNED, propagate_at_launch=False
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
             self.register_outputs({"availabilityZone": zone})
             return
         self.node_group = eks.ManagedNodeGroup(

@@ -56,13 +56,16 @@ class Observability(pulumi.ComponentResource):
         ebs_csi_driver: bool,
         serving_namespace: pulumi.Input[str],
         kuberay: Sequence[pulumi.Resource],
+        team_cluster: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`system_nodes`, `gpu_nodes`: the node groups (what runs where must exist first);
         `pod_identity_agent`: the agent add-on, where the stack installs it; `volume_key_arn`: the KMS key
         of Prometheus's volume (None: the account's default EBS key); `ebs_csi_driver`: install the EBS CSI
         add-on (an existing cluster may run it); `serving_namespace`: the RayService's, where its monitors
-        and rules go; `kuberay`: the operator's release, whose Service the ServiceMonitor scrapes."""
+        and rules go; `kuberay`: the operator's release, whose Service the ServiceMonitor scrapes;
+        `team_cluster`: the cluster is a team's, so an EBS CSI add-on the stack adds there overwrites
+        nothing and stays when the stack goes."""
         super().__init__("ray-llm-eks:observability:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         self.grafana_admin_password = None
@@ -98,6 +101,7 @@ class Observability(pulumi.ComponentResource):
                 volume_key_arn,
                 ebs_csi_driver,
                 node_agents,
+                team_cluster,
             )
         if manifests.dcgm_exporter is not None:
             assert node_agents is not None
@@ -151,6 +155,7 @@ class Observability(pulumi.ComponentResource):
         volume_key_arn: pulumi.Input[str] | None,
         ebs_csi_driver: bool,
         node_agents: pulumi.Resource,
+        team_cluster: bool,
     ) -> tuple[list[pulumi.Resource], list[pulumi.Resource]]:
         """kube-prometheus-stack with its volume, namespace, CRDs and Grafana's password; returns
         ([the namespace], [the CRDs, the release])."""
@@ -181,8 +186,12 @@ class Observability(pulumi.ComponentResource):
                         role_arn=identity.role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
                     )
                 ],
-                resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="OVERWRITE",
+                # On a team's cluster: fail rather than take over a driver EKS did not find (NONE), keep
+                # the team's changes on update (PRESERVE), and leave the driver running when the stack
+                # goes (`preserve`): other workloads' volumes may have come to need it.
+                resolve_conflicts_on_create="NONE" if team_cluster else "OVERWRITE",
+                resolve_conflicts_on_update="PRESERVE" if team_cluster else "OVERWRITE",
+                preserve=True if team_cluster else None,
                 opts=pulumi.ResourceOptions.merge(
                     aws_child,
                     pulumi.ResourceOptions(depends_on=[*system_nodes, *pod_identity_agent, identity]),

@@ -52,6 +52,13 @@ class ClusterConfig(StrictModel):
         "with `preserve`, so a `destroy` leaves the agent running. Without it, preview refuses a cluster "
         "that lacks the agent and says how to add it.",
     )
+    accept_unenforced_network_policies: bool = Field(
+        False,
+        description="With `existingClusterName`: serve on a cluster that does not enforce NetworkPolicies "
+        "(no VPC CNI network policy agent, Calico or Cilium). Without enforcement every pod of the cluster "
+        "reaches Ray Serve on :8000 without an API key, and Prometheus, so preview refuses such a cluster "
+        "and says how to turn enforcement on, unless this says you accept it.",
+    )
     name: str | None = Field(
         None,
         pattern=EKS_NAME,
@@ -166,6 +173,11 @@ class ClusterConfig(StrictModel):
             raise ValueError(
                 "installPodIdentityAgent: only with existingClusterName; the cluster the stack creates "
                 "always gets the agent"
+            )
+        elif self.accept_unenforced_network_policies:
+            raise ValueError(
+                "acceptUnenforcedNetworkPolicies: only with existingClusterName; the cluster the stack "
+                "creates always enforces them"
             )
         return self
 

@@ -4,8 +4,8 @@ planning/addons.py tells the stack's own install from the team's by it)."""
 from __future__ import annotations
 
 from config import Settings
+from manifests import cluster_autoscaler
 from manifests.charts import efa_device_plugin, kuberay_operator, nvidia_device_plugin
-from manifests.cluster_autoscaler import cluster_autoscaler_chart
 from manifests.endpoint import envoy_gateway_chart
 from manifests.load_balancer import load_balancer_controller
 from manifests.observability import dcgm_exporter_chart, kube_prometheus_stack_chart
@@ -20,6 +20,7 @@ def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
         "envoyGateway": envoy_gateway_chart(),
         "prometheus": kube_prometheus_stack_chart(settings),
         "dcgmExporter": dcgm_exporter_chart(),
-        "clusterAutoscaler": cluster_autoscaler_chart(settings, cluster_name=cluster_name),
     }
-    return {key: chart.namespace for key, chart in charts.items()}
+    return {key: chart.namespace for key, chart in charts.items()} | {
+        "clusterAutoscaler": cluster_autoscaler.NAMESPACE
+    }

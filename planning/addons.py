@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from config import PROJECT, ConfigError, Settings, versions
-from planning.nodes import GPU_TAINT_KEY
+from planning.nodes import AUTOSCALER_STACK_TAG_PREFIX, GPU_TAINT_KEY
 
 ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 
@@ -43,6 +43,8 @@ class Workload:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     """Its pod template's labels: what a network policy selects its pods by."""
+    args: tuple[str, ...] = ()
+    """Every container's command and arguments (e.g. the VPC CNI's `--enable-network-policy=true`)."""
 
     @property
     def where(self) -> str:
@@ -120,6 +122,11 @@ def inventory_from_api(
                     images=tuple(c.get("image", "") for c in pod.get("containers") or []),
                     tolerations=tuple(pod.get("tolerations") or []),
                     pod_labels=dict((template.get("metadata") or {}).get("labels") or {}),
+                    args=tuple(
+                        str(arg)
+                        for c in pod.get("containers") or []
+                        for arg in [*(c.get("command") or []), *(c.get("args") or [])]
+                    ),
                 )
             )
     servers = []
@@ -332,6 +339,16 @@ def plan_addons(
             )
     gateway = prometheus = None
     if isinstance(inventory, Inventory):
+        others = other_node_autoscalers(inventory)
+        if others and choices["clusterAutoscaler"] == "auto" and "clusterAutoscaler" not in own:
+            install.discard("clusterAutoscaler")
+            problems.append(
+                f"{PROJECT}:addons.clusterAutoscaler: auto, but another node autoscaler runs in the cluster "
+                f"({'; '.join(others)}): two would race over the GPU nodes. Set existing to leave the GPU "
+                "group's size to gpuNodes.desiredSize and your own tools, or install to run the stack's "
+                "Cluster Autoscaler, which on a team's cluster manages the stack's GPU group alone (its "
+                f"Auto Scaling group carries the tag {AUTOSCALER_STACK_TAG_PREFIX}<stack>)"
+            )
         problems += _existing_problems(settings, found, install, warnings)
         if "envoyGateway" in found and "envoyGateway" not in install:
             gateway = _gateway(inventory, found["envoyGateway"], problems)
@@ -347,6 +364,60 @@ def plan_addons(
         notes=tuple(notes),
         warnings=tuple(warnings),
     )
+
+
+KARPENTER_CRDS = ("nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "provisioners.karpenter.sh")
+"""Karpenter's CRDs (karpenter-provider-aws v1.14.1's charts; `provisioners` before v1); EKS Auto Mode's
+NodePools are `nodepools.karpenter.sh` too."""
+CLUSTER_AUTOSCALER_IMAGE = "/cluster-autoscaler"
+"""Part of every Cluster Autoscaler image (registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0)."""
+
+
+def other_node_autoscalers(inventory: Inventory) -> list[str]:
+    """What else provisions nodes in the cluster: Karpenter (its CRDs or Deployment), or a Cluster
+    Autoscaler the add-on detection did not find by its name (one under another name)."""
+    found = [f"CRD {crd}" for crd in KARPENTER_CRDS if crd in inventory.crds]
+    for w in inventory.workloads:
+        if w.kind != "Deployment":
+            continue
+        if w.labels.get("app.kubernetes.io/name") == "karpenter" or any("/karpenter" in i for i in w.images):
+            found.append(f"Karpenter ({w.where})")
+        elif any(CLUSTER_AUTOSCALER_IMAGE in i for i in w.images) and not _matches(
+            w, BY_KEY["clusterAutoscaler"]
+        ):
+            found.append(f"a Cluster Autoscaler under another name ({w.where})")
+    return found
+
+
+EBS_CSI_DRIVER = "ebs.csi.aws.com"
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
+
+
+def self_managed_ebs_csi(inventory: Inventory) -> Workload | None:
+    """A self-managed EBS CSI driver (its Helm chart, or manifests): the controller Deployment, by the
+    chart's name label or name (aws-ebs-csi-driver chart 2.64.0: `ebs-csi-controller`,
+    `app.kubernetes.io/name: aws-ebs-csi-driver`)."""
+    for w in sorted(inventory.workloads, key=lambda w: (w.namespace, w.name)):
+        if w.kind == "Deployment" and (
+            w.labels.get("app.kubernetes.io/name") == "aws-ebs-csi-driver" or w.name == "ebs-csi-controller"
+        ):
+            return w
+    return None
+
+
+def network_policy_engines(inventory: Inventory, addon_config_enforces: bool) -> list[str]:
+    """What enforces NetworkPolicies in the cluster: the VPC CNI's network policy agent (its add-on
+    configuration, or `--enable-network-policy=true` on aws-node: the agent container is there even when
+    off), Calico (`calico-node`) or Cilium (`cilium`)."""
+    engines = ["the VPC CNI add-on's network policy agent"] if addon_config_enforces else []
+    for w in inventory.workloads:
+        if w.kind != "DaemonSet":
+            continue
+        if w.name == "aws-node" and "--enable-network-policy=true" in w.args and not addon_config_enforces:
+            engines.append(f"the VPC CNI's network policy agent ({w.where})")
+        elif w.name in ("calico-node", "cilium") or w.labels.get("k8s-app") in ("calico-node", "cilium"):
+            engines.append(f"{w.name} ({w.where})")
+    return engines
 
 
 def _where_ours(here: Found) -> str:

@@ -19,7 +19,7 @@ stack's VPC otherwise: planning/zones.py) and kept, whatever subnets the team ad
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from config import PROJECT, ConfigError, Settings, versions
@@ -121,8 +121,12 @@ def plan_existing(
     cluster: ClusterDescription,
     offered_zones: Iterable[str],
     record: StackRecord | None,
+    policy_engines: Sequence[str] | None = None,
 ) -> ExistingPlan:
-    """Where the stack's node groups go in `cluster`; ConfigError for every reason it cannot serve there."""
+    """Where the stack's node groups go in `cluster`; ConfigError for every reason it cannot serve there.
+    `policy_engines`: what enforces NetworkPolicies there (planning/addons.py `network_policy_engines`,
+    from the cluster's workloads); None where they could not be read: the VPC CNI add-on's configuration
+    alone then says."""
     key = f"{PROJECT}:cluster.existingClusterName"
     problems: list[str] = []
     warnings: list[str] = []
@@ -161,13 +165,29 @@ def plan_existing(
                 f"true to let the stack add it, or add it yourself: `aws eks create-addon --cluster-name "
                 f"{cluster.name} --addon-name {POD_IDENTITY_AGENT}`"
             )
-    if not cluster.enforces_network_policies:
-        warnings.append(
-            f"cluster {cluster.name}: the VPC CNI add-on's network policy agent is off (or the CNI is not "
-            "the add-on), so the stack's NetworkPolicies (default deny in its namespaces, the Ray pods' "
-            "listed paths) are not enforced: turn it on with the add-on's configuration "
-            '`{"enableNetworkPolicy": "true"}`'
+    engines = (
+        list(policy_engines)
+        if policy_engines is not None
+        else (["the VPC CNI add-on's network policy agent"] if cluster.enforces_network_policies else [])
+    )
+    if not engines:
+        unenforced = (
+            f"cluster {cluster.name} enforces no NetworkPolicy (the VPC CNI's network policy agent is off, "
+            "and no Calico or Cilium runs), so the stack's default deny and the Ray pods' listed paths would "
+            "be ignored: every pod of the cluster would reach Ray Serve on :8000 without an API key, and "
+            "Prometheus. Turn enforcement on: the vpc-cni add-on's configuration "
+            f'`{{"enableNetworkPolicy": "true"}}` (`aws eks update-addon --cluster-name {cluster.name} '
+            "--addon-name vpc-cni --resolve-conflicts PRESERVE --configuration-values "
+            '\'{"enableNetworkPolicy": "true"}\'`), or on a self-managed VPC CNI its '
+            "`enableNetworkPolicy=true` chart value"
         )
+        if settings.cluster.accept_unenforced_network_policies:
+            warnings.append(f"{unenforced} (cluster.acceptUnenforcedNetworkPolicies: accepted)")
+        else:
+            problems.append(
+                f"{key}: {unenforced}; or set {PROJECT}:cluster.acceptUnenforcedNetworkPolicies: true to "
+                "serve there anyway"
+            )
     gpu_subnet = _gpu_subnet(settings, cluster, offered, record, problems, warnings)
     system = tuple(s for s in cluster.subnets if s.private and s.in_cluster) or tuple(
         s for s in cluster.subnets if s.private

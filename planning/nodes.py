@@ -24,3 +24,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 """Advertised by the NVIDIA device plugin: one per GPU."""
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 """Advertised by the EFA device plugin: one per EFA interface."""
+
+AUTOSCALER_STACK_TAG_PREFIX = "ray-llm-eks/cluster-autoscaler/"
+"""On a team's cluster the stack's GPU Auto Scaling group carries `<prefix><stack>=owned`: its Cluster
+Autoscaler discovers, resizes and terminates only groups with that tag (manifests/cluster_autoscaler.py)."""

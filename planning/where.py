@@ -9,7 +9,13 @@ from dataclasses import dataclass
 
 from config import Settings
 from planning.access import AccessPlan, plan_access
-from planning.addons import Inventory, plan_addons
+from planning.addons import (
+    EBS_CSI_ADDON,
+    Inventory,
+    network_policy_engines,
+    plan_addons,
+    self_managed_ebs_csi,
+)
 from planning.context import ClusterContext
 from planning.context import existing_cluster as existing_context
 from planning.existing_cluster import ClusterDescription, ExistingPlan, plan_existing
@@ -33,12 +39,16 @@ class Where:
     existing: ExistingPlan | None = None
     infos: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    team_ebs_csi: str | None = None
+    """Where a team's self-managed EBS CSI driver runs (its Helm chart or manifests), if it does."""
 
     @property
     def installs_ebs_csi(self) -> bool:
         """Whether the stack installs the EBS CSI driver (for Prometheus's volume): always on its own
-        cluster; on a team's, unless it runs the add-on."""
-        return self.existing is None or "aws-ebs-csi-driver" not in self.existing.cluster.addons
+        cluster; on a team's, unless it runs one, as the EKS add-on or self-managed (never taken over)."""
+        if self.existing is None:
+            return True
+        return EBS_CSI_ADDON not in self.existing.cluster.addons and self.team_ebs_csi is None
 
 
 def own_cluster(
@@ -86,7 +96,19 @@ def team_cluster(
     """A team's cluster (`cluster.existingClusterName`): planned, with what runs in it
     (planning/existing_cluster.py, planning/addons.py). `team_entries`: the listed principals that
     already have an access entry the stack did not make."""
-    existing = plan_existing(settings, cluster, offered, record)
+    readable = isinstance(inventory, Inventory)
+    engines = network_policy_engines(inventory, cluster.enforces_network_policies) if readable else None
+    existing = plan_existing(settings, cluster, offered, record, policy_engines=engines)
+    driver = self_managed_ebs_csi(inventory) if isinstance(inventory, Inventory) else None
+    ebs_notes = (
+        (
+            f"EBS CSI: the cluster's own, self-managed ({driver.where}), serves Prometheus's volume, "
+            "encrypted with the account's default EBS key (its role may not use the stack's); the stack "
+            "leaves it alone",
+        )
+        if driver and settings.observability.enabled
+        else ()
+    )
     addons = plan_addons(
         settings, inventory, ours=record.installed if record else (), own_namespaces=own_namespaces
     )
@@ -107,13 +129,14 @@ def team_cluster(
         record=kept,
         access=access,
         existing=existing,
-        infos=(existing.summary(), *existing.notes, *addons.notes, *access.notes),
+        infos=(existing.summary(), *existing.notes, *addons.notes, *ebs_notes, *access.notes),
         warnings=(
             *existing.warnings,
             *addons.warnings,
             *plan_key_changes(settings, record),
             *capacity_change(settings, record),
         ),
+        team_ebs_csi=driver.where if driver else None,
     )
 
 

@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 from tests.chart_values import SUBCHARTS, chart_name, leaves
-from tests.fakes.pulumi import STACKS, run_stack
+from tests.fakes.existing import TeamCluster
+from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, AwsState, run_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
+OWN_AUTOSCALER = "+own-cluster-autoscaler"
+"""Suffix of an existing-cluster stack run against a team cluster that runs no Cluster Autoscaler, so the
+stack installs its own with the team-cluster values (the default mocked team runs one)."""
+
+
 @functools.cache
 def releases() -> list[tuple[str, str, str, dict[str, Any]]]:
-    """(stack, chart, version, values) of every Helm release of every stack file."""
+    """(stack, chart, version, values) of every Helm release of every stack file, and of each
+    existing-cluster stack file where the stack installs its own Cluster Autoscaler."""
+    runs = [(stack, run_stack(stack=stack)) for stack in STACKS]
+    for stack in EXISTING_CLUSTER_STACKS:
+        team = TeamCluster()
+        without = tuple(d for d in team.deployments if "cluster-autoscaler" not in d["metadata"]["name"])
+        runs.append(
+            (
+                stack + OWN_AUTOSCALER,
+                run_stack(stack=stack, aws=AwsState(team=replace(team, deployments=without))),
+            )
+        )
     found = []
-    for stack in STACKS:
-        for release in run_stack(stack=stack).of_type(RELEASE):
+    for stack, run in runs:
+        for release in run.of_type(RELEASE):
             chart = chart_name(release.inputs["chart"])
             found.append((stack, chart, release.inputs["version"], release.inputs.get("values") or {}))
     return sorted(found, key=lambda r: r[:3])

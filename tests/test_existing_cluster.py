@@ -527,13 +527,94 @@ class TestTheTeamsSettings:
         }
         assert "AmazonEKS_CNI_Policy" in policies
 
-    def test_network_policies_not_enforced_is_said(self):
-        addons = {
-            **TeamCluster().addons,
-            "vpc-cni": {"serviceAccountRoleArn": "arn:aws:iam::123456789012:role/cni"},
+    def test_a_cluster_that_enforces_no_network_policy_is_refused_unless_accepted(self):
+        """Without enforcement every team pod reaches Ray Serve on :8000 without a key (issue 38)."""
+        unenforced = TeamCluster(
+            addons={
+                **TeamCluster().addons,
+                "vpc-cni": {"serviceAccountRoleArn": "arn:aws:iam::123456789012:role/cni"},
+            }
+        )
+        said = refused(unenforced)
+        assert "cluster platform-prod enforces no NetworkPolicy" in said
+        assert '--configuration-values \'{"enableNetworkPolicy": "true"}\'' in said
+        assert "ray-llm-eks:cluster.acceptUnenforcedNetworkPolicies: true" in said
+        accepted = byo(unenforced, cluster={"acceptUnenforcedNetworkPolicies": True})
+        assert any("acceptUnenforcedNetworkPolicies: accepted" in w for w in accepted.warnings)
+        calico = _workload(
+            "DaemonSet", "calico-system", "calico-node", "calico-node", "quay.io/calico/node:v3.30.0"
+        )
+        assert byo(replace(unenforced, daemonsets=(calico,)))
+
+
+class TestNothingOfTheTeamsIsTakenOver:
+    """Issue 38: against a mocked team cluster, what the stack does and never does there."""
+
+    def test_karpenter_makes_auto_refuse_the_stacks_cluster_autoscaler(self):
+        no_ca = tuple(
+            d for d in TeamCluster().deployments if "cluster-autoscaler" not in d["metadata"]["name"]
+        )
+        karpenter = replace(
+            TeamCluster(), deployments=no_ca, crds=(*TeamCluster().crds, "nodepools.karpenter.sh")
+        )
+        said = refused(karpenter)
+        assert "ray-llm-eks:addons.clusterAutoscaler: auto, but another node autoscaler runs" in said
+        assert "CRD nodepools.karpenter.sh" in said
+        run = byo(karpenter, addons={"clusterAutoscaler": "install"})
+        assert any(r.inputs["chart"].endswith("cluster-autoscaler") for r in run.of_type(RELEASE))
+
+    def test_the_stacks_cluster_autoscaler_manages_the_stacks_gpu_group_alone(self):
+        no_ca = tuple(
+            d for d in TeamCluster().deployments if "cluster-autoscaler" not in d["metadata"]["name"]
+        )
+        run = byo(replace(TeamCluster(), deployments=no_ca))
+        (release,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"].endswith("cluster-autoscaler")]
+        tags = release.inputs["values"]["autoDiscovery"]["tags"]
+        assert tags[-1] == f"ray-llm-eks/cluster-autoscaler/{STACK}"
+        assert "skip-nodes-with-local-storage" not in release.inputs["values"]["extraArgs"]
+        (asg_tag,) = run.of_type("aws:autoscaling/tag:Tag")
+        assert asg_tag.inputs["tag"] == {
+            "key": f"ray-llm-eks/cluster-autoscaler/{STACK}",
+            "value": "owned",
+            "propagateAtLaunch": False,
         }
-        run = byo(TeamCluster(addons=addons))
-        assert any("NetworkPolicies" in w and "not enforced" in w for w in run.warnings)
+        (policy,) = [
+            json.loads(r.inputs["policy"])
+            for r in run.of_type("aws:iam/rolePolicy:RolePolicy")
+            if "SetDesiredCapacity" in r.inputs["policy"]
+        ]
+        (write,) = [st for st in policy["Statement"] if "autoscaling:SetDesiredCapacity" in st["Action"]]
+        assert write["Condition"] == {
+            "StringEquals": {f"aws:ResourceTag/ray-llm-eks/cluster-autoscaler/{STACK}": "owned"}
+        }
+
+    def test_a_self_managed_ebs_csi_driver_is_left_alone(self):
+        driver = _workload(
+            "Deployment",
+            "kube-system",
+            "ebs-csi-controller",
+            "aws-ebs-csi-driver",
+            "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.50.0",
+        )
+        run = byo(replace(TeamCluster(), deployments=(*TeamCluster().deployments, driver), prometheuses=()))
+        assert not run.of_type("aws:eks/addon:Addon") or all(
+            r.inputs["addonName"] != "aws-ebs-csi-driver" for r in run.of_type("aws:eks/addon:Addon")
+        )
+        assert any(
+            "EBS CSI: the cluster's own, self-managed (Deployment kube-system/ebs-csi-controller)" in i
+            for i in run.infos
+        )
+
+    def test_an_ebs_csi_add_on_the_stack_adds_overwrites_nothing_and_stays(self):
+        run = byo(replace(TeamCluster(), prometheuses=()))
+        (addon,) = [
+            r for r in run.of_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "aws-ebs-csi-driver"
+        ]
+        assert (addon.inputs["resolveConflictsOnCreate"], addon.inputs["resolveConflictsOnUpdate"]) == (
+            "NONE",
+            "PRESERVE",
+        )
+        assert addon.inputs["preserve"] is True
 
 
 class TestOffline:

@@ -1,0 +1,168 @@
+"""Safe on a team's cluster (issue 38): nothing of the team's resized, taken over or left exposed.
+What the stack looks for in the team's cluster (planning/addons.py, planning/existing_cluster.py) and
+what its Cluster Autoscaler may touch there (manifests/cluster_autoscaler.py), each from the cluster's
+own listings as the API gives them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config import ConfigError
+from manifests.cluster_autoscaler import cluster_autoscaler_chart, cluster_autoscaler_policy, discovery_tags
+from planning.addons import (
+    Inventory,
+    inventory_from_api,
+    network_policy_engines,
+    other_node_autoscalers,
+    self_managed_ebs_csi,
+)
+from tests.fakes.pulumi import stack_settings
+
+
+def deployment(namespace: str, name: str, image: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "labels": labels},
+        "spec": {"template": {"spec": {"containers": [{"image": image}]}}},
+    }
+
+
+def daemonset(namespace: str, name: str, *containers: dict[str, Any], **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "labels": labels},
+        "spec": {"template": {"spec": {"containers": list(containers)}}},
+    }
+
+
+def listed(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"items": list(items)}
+
+
+def inventory(deployments=(), daemonsets=(), crds=()) -> Inventory:
+    return inventory_from_api(
+        listed(*({"metadata": {"name": c}} for c in crds)),
+        listed(*deployments),
+        listed(*daemonsets),
+        None,
+        None,
+    )
+
+
+AWS_NODE_OFF = daemonset(
+    "kube-system",
+    "aws-node",
+    {"name": "aws-node", "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni:v1.23.0"},
+    {
+        "name": "aws-eks-nodeagent",
+        "image": "x/aws-network-policy-agent:v1.3.0",
+        "args": ["--enable-network-policy=false"],
+    },
+)
+
+
+class TestOtherNodeAutoscalers:
+    def test_karpenter_by_its_crds_or_its_deployment(self):
+        assert other_node_autoscalers(inventory(crds=["nodepools.karpenter.sh"])) == [
+            "CRD nodepools.karpenter.sh"
+        ]
+        karpenter = deployment("kube-system", "karpenter", "public.ecr.aws/karpenter/controller:1.14.1")
+        assert other_node_autoscalers(inventory([karpenter])) == [
+            "Karpenter (Deployment kube-system/karpenter)"
+        ]
+
+    def test_a_cluster_autoscaler_under_another_name_by_its_image(self):
+        renamed = deployment("ops", "node-scaler", "registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0")
+        assert other_node_autoscalers(inventory([renamed])) == [
+            "a Cluster Autoscaler under another name (Deployment ops/node-scaler)"
+        ]
+        named = deployment(
+            "kube-system", "cluster-autoscaler", "registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0"
+        )
+        assert other_node_autoscalers(inventory([named])) == []  # the add-on detection finds that one
+
+    def test_none_in_a_plain_cluster(self):
+        assert other_node_autoscalers(inventory([], [AWS_NODE_OFF])) == []
+
+
+class TestSelfManagedEbsCsi:
+    def test_the_charts_controller_is_found_by_its_label_or_name(self):
+        by_label = deployment(
+            "storage",
+            "ebs-ctrl",
+            "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.50.0",
+            **{"app.kubernetes.io/name": "aws-ebs-csi-driver"},
+        )
+        found = self_managed_ebs_csi(inventory([by_label]))
+        assert found is not None and found.where == "Deployment storage/ebs-ctrl"
+        by_name = deployment("kube-system", "ebs-csi-controller", "x/aws-ebs-csi-driver:v1.50.0")
+        assert self_managed_ebs_csi(inventory([by_name])) is not None
+        assert self_managed_ebs_csi(inventory([])) is None
+
+
+class TestNetworkPolicyEngines:
+    def test_the_vpc_cni_agent_is_on_only_when_its_argument_says_so(self):
+        assert network_policy_engines(inventory([], [AWS_NODE_OFF]), False) == []
+        on = daemonset(
+            "kube-system",
+            "aws-node",
+            {"name": "aws-eks-nodeagent", "image": "x", "args": ["--enable-network-policy=true"]},
+        )
+        assert network_policy_engines(inventory([], [on]), False) == [
+            "the VPC CNI's network policy agent (DaemonSet kube-system/aws-node)"
+        ]
+        assert network_policy_engines(inventory([], [AWS_NODE_OFF]), True) == [
+            "the VPC CNI add-on's network policy agent"
+        ]
+
+    @pytest.mark.parametrize("name", ["calico-node", "cilium"])
+    def test_calico_and_cilium_enforce_too(self, name):
+        engine = daemonset("kube-system", name, {"name": name, "image": "x"})
+        assert network_policy_engines(inventory([], [AWS_NODE_OFF, engine]), False) == [
+            f"{name} (DaemonSet kube-system/{name})"
+        ]
+
+
+class TestTheClusterAutoscalerOnATeamsCluster:
+    def test_it_discovers_only_groups_with_the_stacks_tag_and_keeps_local_storage_protection(self):
+        team = cluster_autoscaler_chart(
+            stack_settings("byo.example"), cluster_name="platform-prod", stack="byo"
+        )
+        assert team.values["autoDiscovery"] == {
+            "clusterName": "platform-prod",
+            "tags": [
+                "k8s.io/cluster-autoscaler/enabled",
+                "k8s.io/cluster-autoscaler/platform-prod",
+                "ray-llm-eks/cluster-autoscaler/byo",
+            ],
+        }
+        assert "skip-nodes-with-local-storage" not in team.values["extraArgs"]  # the binary's default: true
+        own = cluster_autoscaler_chart(stack_settings("dev"), cluster_name="ray-llm-multinode", stack="dev")
+        assert own.values["autoDiscovery"] == {"clusterName": "ray-llm-multinode"}  # the chart's default tags
+        assert discovery_tags("ray-llm-multinode", None) == [
+            "k8s.io/cluster-autoscaler/enabled",
+            "k8s.io/cluster-autoscaler/ray-llm-multinode",
+        ]
+        assert own.values["extraArgs"]["skip-nodes-with-local-storage"] == "false"
+
+    def test_its_resize_and_terminate_rights_name_the_stacks_tag(self):
+        write = cluster_autoscaler_policy("aws", "platform-prod", stack="byo")["Statement"][1]
+        assert write["Action"] == [
+            "autoscaling:SetDesiredCapacity",
+            "autoscaling:TerminateInstanceInAutoScalingGroup",
+        ]
+        assert write["Condition"] == {
+            "StringEquals": {"aws:ResourceTag/ray-llm-eks/cluster-autoscaler/byo": "owned"}
+        }
+        own = cluster_autoscaler_policy("aws", "ray-llm-multinode")["Statement"][1]
+        assert own["Condition"] == {
+            "StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/ray-llm-multinode": "owned"}
+        }
+
+
+class TestTheKey:
+    def test_accepting_unenforced_policies_needs_an_existing_cluster(self):
+        with pytest.raises(
+            ConfigError, match="acceptUnenforcedNetworkPolicies: only with existingClusterName"
+        ):
+            stack_settings("dev", cluster={"acceptUnenforcedNetworkPolicies": True})
