@@ -166,3 +166,22 @@ class TestTheKey:
             ConfigError, match="acceptUnenforcedNetworkPolicies: only with existingClusterName"
         ):
             stack_settings("dev", cluster={"acceptUnenforcedNetworkPolicies": True})
+
+
+def test_the_docs_list_what_the_stack_never_does_on_a_teams_cluster():
+    """docs/operations.md "An existing cluster" states the promises these tests hold the code to."""
+    from tests.fakes.pulumi import ROOT
+
+    section = (
+        (ROOT / "docs" / "operations.md").read_text().split("## An existing cluster")[1].split("\n## ")[0]
+    )
+    never = section.split("**Never, on a team's cluster**")[1].split("\n\n")[1]
+    for promise in (
+        "no resource of the team's is registered or imported",
+        "no node group of the team's is resized or terminated",
+        "no pod of the team's with local data is evicted",
+        "no add-on of the team's is overwritten or taken over, EBS CSI driver included",
+        "no serving on a cluster where NetworkPolicies go unenforced",
+    ):
+        assert promise in never.replace("\n  ", " "), promise
+    assert "ray-llm-eks/cluster-autoscaler/<stack>=owned" in section.replace("\n", " ")
