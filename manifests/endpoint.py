@@ -44,6 +44,7 @@ from manifests.network_policy import (
 )
 from manifests.rayservice import serve_service_name
 from planning.context import ClusterContext
+from planning.names import cluster_scoped_name
 from planning.nodes import SYSTEM_NODE_LABELS
 from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
 
@@ -565,7 +566,8 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
         gateway_class=None
         if existing_gateway
         else GatewayClass(
-            metadata=meta(GATEWAY_CLASS, None), spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER)
+            metadata=meta(cluster_scoped_name(settings, GATEWAY_CLASS), None),
+            spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER),
         ),
         envoy_proxy=EnvoyProxy(
             metadata=meta(proxy_name),
@@ -585,7 +587,9 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
         gateway=Gateway(
             metadata=meta(name),
             spec=GatewaySpec(
-                gateway_class_name=existing_gateway.class_name if existing_gateway else GATEWAY_CLASS,
+                gateway_class_name=existing_gateway.class_name
+                if existing_gateway
+                else cluster_scoped_name(settings, GATEWAY_CLASS),
                 listeners=[Listener(name=LISTENER, protocol="HTTP", port=LISTENER_PORT)],
                 infrastructure=GatewayInfrastructure(
                     parameters_ref=LocalRef(group=ENVOY_GATEWAY_API, kind="EnvoyProxy", name=proxy_name)

@@ -47,6 +47,7 @@ from manifests.network_policy import (
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.context import ClusterContext
+from planning.names import cluster_scoped_name
 from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 from planning.reservation import CapacityPlan
 from planning.system_pods import PodRequests, ray_autoscaling
@@ -141,7 +142,7 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                     "storageSpec": {
                         "volumeClaimTemplate": {
                             "spec": {
-                                "storageClassName": STORAGE_CLASS,
+                                "storageClassName": cluster_scoped_name(settings, STORAGE_CLASS),
                                 "accessModes": ["ReadWriteOnce"],
                                 "resources": {"requests": {"storage": f"{observe.storage_gib}Gi"}},
                             }
@@ -221,13 +222,15 @@ def dcgm_exporter_chart() -> HelmChart:
     )
 
 
-def storage_class(keep_volume: bool) -> dict[str, Any]:
+def storage_class(settings: Settings) -> dict[str, Any]:
     """gp3 through the EBS CSI driver, encrypted, created where the pod lands (the volume's zone); kept
-    or deleted at `destroy` as `observability.keepVolumeOnDestroy` says."""
+    or deleted at `destroy` as `observability.keepVolumeOnDestroy` says; named apart from the team's on a
+    team's cluster (planning/names.py)."""
+    keep_volume = settings.observability.keep_volume_on_destroy
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": STORAGE_CLASS},
+        "metadata": {"name": cluster_scoped_name(settings, STORAGE_CLASS)},
         "provisioner": "ebs.csi.aws.com",
         "parameters": {"type": "gp3", "encrypted": "true"},
         "volumeBindingMode": "WaitForFirstConsumer",
@@ -620,7 +623,7 @@ def build_observability(
         network_policies=monitoring_policies(settings, context),
         node_agents_namespace=node_agents_namespace(),
         node_agents_policies=node_agents_policies(scraper(context)),
-        storage_class=storage_class(settings.observability.keep_volume_on_destroy),
+        storage_class=storage_class(settings),
         kube_prometheus_stack=kube_prometheus_stack_chart(settings)
         if addons.installs("prometheus")
         else None,

@@ -420,6 +420,31 @@ def network_policy_engines(inventory: Inventory, addon_config_enforces: bool) ->
     return engines
 
 
+CRD_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "kuberay": ("ray.io",),
+    "loadBalancerController": ("elbv2.k8s.aws",),
+    "envoyGateway": ("gateway.networking.k8s.io", "gateway.networking.x-k8s.io", "gateway.envoyproxy.io"),
+    "prometheus": ("monitoring.coreos.com",),
+}
+"""The API groups of the CRDs the stack applies with each add-on it installs (components/helm.py `crds`:
+kept at `destroy`, since deleting a CRD deletes every object of it; the Gateway API's experimental
+channel included, as Envoy Gateway's chart bundles it)."""
+
+
+def crds_left_behind(addons: AddonPlan) -> str | None:
+    """On a team's cluster, what `destroy` leaves there and the command that removes it once nothing
+    uses it; None where the stack installs no add-on with CRDs."""
+    groups = [g for key, found in CRD_GROUPS.items() if addons.installs(key) for g in found]
+    if not groups:
+        return None
+    pattern = "|".join(g.replace(".", "\\.") for g in groups)
+    return (
+        f"CRDs: `destroy` leaves the CRDs of {', '.join(groups)} in the cluster (deleting a CRD deletes "
+        "every object of it, the team's too). Once nothing uses them: `kubectl get crd -o name | "
+        f"grep -E '\\.({pattern})$' | xargs kubectl delete`"
+    )
+
+
 def _where_ours(here: Found) -> str:
     return here.workload.namespace if here.workload else here.prometheus.namespace if here.prometheus else ""
 

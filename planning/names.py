@@ -20,6 +20,16 @@ from config.base import load_yaml
 from planning.plan import default_cluster_name
 
 
+def cluster_scoped_name(settings: Settings, base: str) -> str:
+    """The name of a cluster-scoped object the stack creates (its StorageClass, its GatewayClass):
+    `base` on its own cluster; on a team's, the project and the serving namespace before it, so it
+    never meets the team's `gp3` or `envoy`, nor another stack's (two stacks in one cluster serve from
+    two namespaces)."""
+    if not settings.cluster.existing_cluster_name:
+        return base
+    return f"{PROJECT}-{settings.serving.namespace}-{base}"
+
+
 def stack_files_beside(project_dir: Path, stack: str) -> dict[str, dict[str, Any]]:
     """The `config:` of every other Pulumi.<stack>.yaml in the project directory (unreadable ones are
     left out: this is a warning, never a reason to fail)."""

@@ -12,6 +12,7 @@ from planning.access import AccessPlan, plan_access
 from planning.addons import (
     EBS_CSI_ADDON,
     Inventory,
+    crds_left_behind,
     network_policy_engines,
     plan_addons,
     self_managed_ebs_csi,
@@ -129,7 +130,14 @@ def team_cluster(
         record=kept,
         access=access,
         existing=existing,
-        infos=(existing.summary(), *existing.notes, *addons.notes, *ebs_notes, *access.notes),
+        infos=(
+            existing.summary(),
+            *existing.notes,
+            *addons.notes,
+            *ebs_notes,
+            *filter(None, [crds_left_behind(addons)]),
+            *access.notes,
+        ),
         warnings=(
             *existing.warnings,
             *addons.warnings,

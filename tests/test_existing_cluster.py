@@ -550,6 +550,27 @@ class TestTheTeamsSettings:
 class TestNothingOfTheTeamsIsTakenOver:
     """Issue 38: against a mocked team cluster, what the stack does and never does there."""
 
+    def test_cluster_scoped_objects_stand_apart_and_the_crds_left_behind_are_named(self):
+        run = byo(TeamCluster(deployments=(), prometheuses=(), crds=()))
+        names = {
+            r.inputs["metadata"]["name"]
+            for kind in ("storage.k8s.io/v1:StorageClass", "gateway.networking.k8s.io/v1:GatewayClass")
+            for r in run.of_type(f"kubernetes:{kind}")
+        }
+        assert {"ray-llm-eks-inference-gp3", "ray-llm-eks-inference-envoy"} <= names and not {
+            "gp3",
+            "envoy",
+        } & names
+        (crds,) = [i for i in run.infos if i.startswith("CRDs: `destroy` leaves")]
+        for group in (
+            "ray.io",
+            "gateway.networking.k8s.io",
+            "gateway.envoyproxy.io",
+            "monitoring.coreos.com",
+        ):
+            assert group in crds
+        assert "xargs kubectl delete" in crds
+
     def test_karpenter_makes_auto_refuse_the_stacks_cluster_autoscaler(self):
         no_ca = tuple(
             d for d in TeamCluster().deployments if "cluster-autoscaler" not in d["metadata"]["name"]

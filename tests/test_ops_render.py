@@ -97,7 +97,10 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     ray_token = documents.pop(("Secret", "inference", "ray-auth-token"))
     assert ray_token["stringData"] == {"auth_token": RAY_TOKEN_PLACEHOLDER}
     # The EBS key is created by the program; render shows where its ARN goes.
-    storage = ("StorageClass", None, "gp3")
+    # On a team's cluster the cluster-scoped names stand apart from the team's (planning/names.py).
+    storage = ("StorageClass", None, "ray-llm-eks-inference-gp3" if existing else "gp3")
+    gateway_class = ("GatewayClass", None, "ray-llm-eks-inference-envoy" if existing else "envoy")
+    assert gateway_class in documents and gateway_class in program
     assert documents[storage]["parameters"].pop("kmsKeyId") == VOLUME_KEY_PLACEHOLDER
     assert program[storage]["parameters"].pop("kmsKeyId").endswith("cluster-volumes")
     if existing:  # the NLB's subnets: a preview picks them from the VPC; offline, the controller's tags
