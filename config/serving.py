@@ -270,6 +270,14 @@ class ModelConfig(StrictModel):
                 f"{value} is the bucket's root; name the prefix that holds the model's files (and its "
                 f"`hash` file), e.g. s3://{bucket}/models/<name>"
             )
+        wild = sorted({c for c in prefix if c in "*?'"})
+        if wild:
+            # The prefix becomes the readers' IAM Resource, where * and ? are wildcards, and a word of
+            # the bench's command line.
+            raise ValueError(
+                f"{value}: {' '.join(wild)} in the prefix would be IAM wildcards in the workers' read "
+                "rights (or break a shell word); use a prefix of letters, digits, / . _ -"
+            )
         return value
 
     @field_validator("extra_engine_kwargs")

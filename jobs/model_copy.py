@@ -2,7 +2,8 @@
 
 Runs inside the cluster as a Kubernetes Job that `pulumi up` awaits before the RayService
 (components/rayservice.py), named by the model's source and revision, so it runs again only when they
-change. The Job installs pinned `huggingface_hub` and `boto3` first (config/versions.py); credentials
+change. It runs in the serving image, which carries what it needs (huggingface_hub, vLLM's dependency,
+and boto3, Ray Serve LLM's S3 loader), and installs nothing (manifests/model_cache.py); credentials
 are the Job's EKS Pod Identity (write access to this model's prefix only) and, for gated models,
 HF_TOKEN.
 

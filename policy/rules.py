@@ -156,6 +156,14 @@ def imdsv2_required(resource_type: str, props: Mapping[str, Any], name: str, rep
             report(
                 f"{name}: IMDSv2 is not required (metadataOptions.httpTokens is {tokens!r}, not 'required')"
             )
+        # One hop: the node reaches the metadata service, a pod (one hop further) does not. Unset is the
+        # AMI's default, 2 on AMIs marked for IMDSv2, and pulumi-eks's own templates say 2.
+        hops = _known(lambda: _get(props, "metadataOptions", "httpPutResponseHopLimit"), 1)
+        if hops != 1:
+            report(
+                f"{name}: metadataOptions.httpPutResponseHopLimit is {hops!r}, not 1: pods could borrow the "
+                "node's role from the metadata service"
+            )
     elif resource_type == NODE_GROUP and _known(lambda: props.get("launchTemplate"), True) is None:
         report(
             f"{name}: a managed node group without a launch template gets EKS's default one, where IMDSv1 "
@@ -511,7 +519,7 @@ POLICIES: list[Policy] = [
     ),
     _resource(
         "imdsv2-required",
-        "Every launch template, instance and node group requires IMDSv2.",
+        "Every launch template, instance and node group requires IMDSv2, one hop from the node.",
         imdsv2_required,
     ),
     _stack(

@@ -175,6 +175,8 @@ CASES = [
     ),
     ("bucket-short", {"modelCache": {"bucket": "ml"}}, "modelCache.bucket", "3 to 63"),
     ("source-bucket-root", {"model": {"source": "s3://my-models/"}}, "model.source", "is the bucket's root"),
+    ("source-iam-wildcard", {"model": {"source": "s3://my-models/qwen*"}}, "model.source", "IAM wildcards"),
+    ("source-quote", {"model": {"source": "s3://my-models/it's"}}, "model.source", "break a shell word"),
     (
         "source-bad-bucket",
         {"model": {"source": "s3://my..models/qwen"}},

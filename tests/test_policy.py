@@ -109,9 +109,10 @@ class TestGpuNodeGroupsInOneZone:
 class TestImdsv2Required:
     def test_optional_tokens_are_rejected(self):
         template = resource(
-            "aws:ec2/launchTemplate:LaunchTemplate", {"metadataOptions": {"httpTokens": "optional"}}
+            "aws:ec2/launchTemplate:LaunchTemplate",
+            {"metadataOptions": {"httpTokens": "optional", "httpPutResponseHopLimit": 1}},
         )
-        instance = resource("aws:ec2/instance:Instance", {})
+        instance = resource("aws:ec2/instance:Instance", {"metadataOptions": {"httpPutResponseHopLimit": 1}})
         assert len(violations("imdsv2-required", template, instance)) == 2
 
     def test_a_node_group_without_launch_template_and_a_component_without_imdsv2(self):
@@ -119,10 +120,20 @@ class TestImdsv2Required:
         component = resource("eks:index:ManagedNodeGroup", {"enableIMDSv2": False})
         assert len(violations("imdsv2-required", group, component)) == 2
 
+    def test_a_hop_limit_other_than_one_or_none_is_rejected(self):
+        """Issue 39: a pulumi-eks bump that drops the stack's transform (its templates say 2) fails."""
+        for hops in ({"httpPutResponseHopLimit": 2}, {}):
+            template = resource(
+                "aws:ec2/launchTemplate:LaunchTemplate",
+                {"metadataOptions": {"httpTokens": "required", **hops}},
+            )
+            (violation,) = violations("imdsv2-required", template)
+            assert "httpPutResponseHopLimit is" in violation and "not 1" in violation
+
     def test_required_passes(self):
         template = resource(
             "aws:ec2/launchTemplate:LaunchTemplate",
-            {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2}},
+            {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}},
         )
         group = resource("aws:eks/nodeGroup:NodeGroup", {"launchTemplate": {"id": "lt-1", "version": "1"}})
         component = resource("eks:index:ManagedNodeGroup", {"enableIMDSv2": True})

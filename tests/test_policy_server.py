@@ -59,5 +59,8 @@ def test_the_pack_announces_every_rule_as_mandatory(analyzer):
 
 def test_it_reports_a_violation_over_the_protocol(analyzer):
     template = "aws:ec2/launchTemplate:LaunchTemplate"
-    assert analyze(analyzer, template, {"metadataOptions": {"httpTokens": "optional"}}) == ["imdsv2-required"]
-    assert analyze(analyzer, template, {"metadataOptions": {"httpTokens": "required"}}) == []
+    one_hop = {"httpPutResponseHopLimit": 1}
+    assert analyze(analyzer, template, {"metadataOptions": {"httpTokens": "optional", **one_hop}}) == [
+        "imdsv2-required"
+    ]
+    assert analyze(analyzer, template, {"metadataOptions": {"httpTokens": "required", **one_hop}}) == []

@@ -187,6 +187,10 @@ class TestDrift:
             assert flag in check["run"], flag
         assert "GITHUB_STEP_SUMMARY" in check["run"] and 'exit "$status"' in check["run"]
 
+    def test_runs_from_main_only(self):
+        """A dispatch from another branch would run that branch's program with prod's secrets (issue 39)."""
+        assert workflow("drift")["jobs"]["drift"]["if"] == "github.ref == 'refs/heads/main'"
+
     def test_never_cancels_a_waiting_deploy(self):
         job = workflow("drift")["jobs"]["drift"]
         assert not job["concurrency"]["group"].startswith("pulumi-")
@@ -214,6 +218,16 @@ def _locked(path: Path) -> dict[str, tuple[str, int]]:
         elif current and "--hash=sha256:" in line:
             found[current] = (found[current][0], found[current][1] + 1)
     return found
+
+
+def test_pip_itself_is_pinned_and_make_installs_the_lock_too():
+    """Issue 39: no unpinned `pip install --upgrade pip` before the hash-checked install, and `make up`
+    installs what the deploy installs."""
+    action = (GITHUB / "actions" / "setup-stack" / "action.yml").read_text()
+    assert "--upgrade pip" not in action
+    assert "pip" in _locked(ROOT / "requirements.lock")
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--require-hashes -r requirements.lock" in makefile.split("$(VENV):", 1)[1].split("\n\n", 1)[0]
 
 
 @pytest.mark.parametrize(
