@@ -80,8 +80,9 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
     ARNs in `partition`; NLBs only (no ALB rules, WAF, Shield or Cognito, which only Ingresses use);
     every change to a load balancer, target group or security group only where it carries this
     cluster's tag (`elbv2.k8s.aws/cluster: <cluster_name>`, which the controller sets on all it creates;
-    upstream tests only that the tag exists, so one cluster's controller could change another's); ingress
-    rule changes on untagged security groups limited to the VPC `vpc_arn`."""
+    upstream tests only that the tag exists, so one cluster's controller could change another's), listeners
+    included (upstream leaves them unconditioned, so any listener of the account); new security groups
+    and ingress rule changes on untagged ones limited to the VPC `vpc_arn`."""
     ec2 = f"arn:{partition}:ec2:*:*"
     elb = f"arn:{partition}:elasticloadbalancing:*:*"
     ours = {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}
@@ -144,7 +145,10 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                 ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
                 ArnEquals={"ec2:Vpc": vpc_arn},
             ),
-            _statement(["ec2:CreateSecurityGroup"]),
+            # A new security group: in the VPC (ec2:CreateSecurityGroup has no ec2:Vpc key, so the VPC
+            # is its resource), tagged for this cluster as it is created.
+            _statement(["ec2:CreateSecurityGroup"], vpc_arn),
+            _statement(["ec2:CreateSecurityGroup"], f"{ec2}:security-group/*", StringEquals=made_ours),
             _statement(
                 ["ec2:CreateTags"],
                 f"{ec2}:security-group/*",
@@ -177,9 +181,18 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                 Null=untagging_request,
                 StringEquals=ours,
             ),
+            # Listeners carry the cluster's tag too (controller v3.5.0 tags them at creation: its
+            # ListenerRulesTagging feature gate is on by default), so their tags change as the others'.
             _statement(
                 ["elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"],
                 [f"{elb}:listener/net/*/*/*"],
+                Null=untagging_request,
+                StringEquals=ours,
+            ),
+            _statement(
+                ["elasticloadbalancing:AddTags"],
+                [f"{elb}:listener/net/*/*/*"],
+                StringEquals={"elasticloadbalancing:CreateAction": "CreateListener", **made_ours},
             ),
             _statement(
                 [
@@ -222,6 +235,7 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                     "elasticloadbalancing:RemoveListenerCertificates",
                 ],
                 f"{elb}:listener/net/*/*/*",
+                StringEquals=ours,
             ),
         ],
     }

@@ -134,6 +134,30 @@ class TestTheLoadBalancerController:
             "ArnEquals": {"ec2:Vpc": "arn:aws:ec2:sa-east-1:123456789012:vpc/vpc/network-vpc"}
         }
         assert not any(s["Action"] == "*" or s["Action"] == ["*"] for s in statements)
+        # Issue 39: every listener change and listener tag change needs this cluster's tag on the listener
+        # (or, when the controller tags a listener it creates, the tag in the request).
+        listeners = [s for s in statements if "listener/net" in json.dumps(s["Resource"])]
+        assert {a for s in listeners for a in s["Action"]} >= {
+            "elasticloadbalancing:DeleteListener",
+            "elasticloadbalancing:ModifyListener",
+            "elasticloadbalancing:AddListenerCertificates",
+            "elasticloadbalancing:RemoveListenerCertificates",
+            "elasticloadbalancing:AddTags",
+            "elasticloadbalancing:RemoveTags",
+        }
+        for statement in listeners:
+            condition = statement["Condition"]["StringEquals"]
+            assert condition.get("aws:ResourceTag/elbv2.k8s.aws/cluster") == "ray-llm-multinode" or (
+                condition.get("elasticloadbalancing:CreateAction") == "CreateListener"
+                and condition.get("aws:RequestTag/elbv2.k8s.aws/cluster") == "ray-llm-multinode"
+            )
+        # A new security group: in the stack's VPC, or tagged for this cluster as it is created.
+        new_groups = [s for s in statements if s["Action"] == ["ec2:CreateSecurityGroup"]]
+        assert [s["Resource"] for s in new_groups] == [
+            "arn:aws:ec2:sa-east-1:123456789012:vpc/vpc/network-vpc",
+            "arn:aws:ec2:*:*:security-group/*",
+        ]
+        assert new_groups[1]["Condition"] == creates[0]["Condition"]
 
 
 class TestEnvoyGateway:
