@@ -62,6 +62,7 @@ from planning import plan_stack
 from planning.access import partition_of
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
 from planning.names import copied_names
+from planning.nodes import placement
 from planning.reservation import on_reservation
 from planning.system_pods import cluster_autoscaling
 from planning.upgrades import cluster_change_notice
@@ -105,6 +106,9 @@ def main(world: World | None = None) -> None:
     if where.existing:
         plan = replace(plan, context=where.context)
     addons = where.context.addons
+    # The nodes' labels and taints and what the stack's pods select and tolerate (stack-specific on a
+    # team's cluster: planning/nodes.py).
+    where_pods = placement(settings)
     for message in (*plan.summaries(), *where.infos, *(capacity.notes if capacity else ())):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, world.stack_files(stack))
@@ -131,6 +135,7 @@ def main(world: World | None = None) -> None:
             config=settings.cluster,
             access_entries=where.access.entries,
             system_nodes=settings.system_nodes,
+            placement=where_pods,
             cni_uses_node_role=where.existing.cluster.cni_uses_node_role,
             stack_id=stack_id,
             region=settings.region,
@@ -171,6 +176,7 @@ def main(world: World | None = None) -> None:
     gpu_nodes = GpuNodeGroup(
         "gpu",
         config=settings.gpu_nodes,
+        placement=where_pods,
         cluster=cluster,
         zone=where.gpu_zone,
         subnet_id=gpu_subnet,
@@ -197,6 +203,7 @@ def main(world: World | None = None) -> None:
         "device-plugins",
         provider=cluster.provider,
         instance_type=settings.gpu_nodes.instance_type,
+        placement=where_pods,
         gpu_nodes=[gpu_nodes.node_group],
         nvidia=addons.installs("nvidiaDevicePlugin"),
         efa=addons.installs("efaDevicePlugin"),
@@ -208,6 +215,7 @@ def main(world: World | None = None) -> None:
             config=settings.kuberay,
             provider=cluster.provider,
             system_nodes=[cluster.system_node_group],
+            placement=where_pods,
             scraper=scraper_peer,
         )
         if addons.installs("kuberay")
@@ -271,6 +279,7 @@ def main(world: World | None = None) -> None:
             serving_namespace=ray_service.namespace,
             provider=cluster.provider,
             system_nodes=[cluster.system_node_group],
+            placement=where_pods,
             load_balancer_ready=load_balancer.ready if load_balancer else [],
         )
 

@@ -25,6 +25,7 @@ from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies
 from manifests.endpoint import EndpointManifests, envoy_gateway_chart, envoy_gateway_crds
+from planning.nodes import Placement
 
 API_KEY_LENGTH = 48
 """Characters of a generated key: letters and digits, about 285 bits."""
@@ -52,6 +53,7 @@ class Endpoint(pulumi.ComponentResource):
         serving_namespace: pulumi.Input[str],
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
+        placement: Placement,
         load_balancer_ready: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ):
@@ -79,7 +81,7 @@ class Endpoint(pulumi.ComponentResource):
             crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)
             release = helm_release(
                 f"{name}-envoy-gateway",
-                envoy_gateway_chart(),
+                envoy_gateway_chart(placement),
                 pulumi.ResourceOptions.merge(on_system_nodes, pulumi.ResourceOptions(depends_on=[crds])),
                 namespace=namespace.metadata.name,
             )

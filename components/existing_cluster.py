@@ -21,11 +21,11 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.cluster import NODE_POLICIES, VPC_CNI_POLICY, volume_key_policy
-from components.managed_nodes import managed_node_group
+from components.managed_nodes import managed_node_group, node_group_taints
 from config.cluster import ClusterConfig, SystemNodesConfig
 from planning.access import AccessEntry, partition_of
 from planning.existing_cluster import POD_IDENTITY_AGENT, ExistingPlan
-from planning.nodes import SYSTEM_NODE_LABELS
+from planning.nodes import Placement
 from planning.zones import TAG_STACK
 
 SYSTEM_AMI = "AL2023_x86_64_STANDARD"
@@ -81,7 +81,7 @@ class ExistingCluster(pulumi.ComponentResource):
     node_dependencies: list[pulumi.Resource]
     """What the stack's node groups wait for: the node role's policies."""
     system_node_group: aws.eks.NodeGroup
-    """The stack's CPU node group labelled role=system, for its controllers and the Ray head."""
+    """The stack's CPU node group (`Placement.system_labels`, tainted): its controllers, the Ray head."""
     pod_identity_agent: aws.eks.Addon | None
     """The agent add-on where the stack added it; None where the cluster had it already."""
     volume_key_arn: pulumi.Output[str]
@@ -99,6 +99,7 @@ class ExistingCluster(pulumi.ComponentResource):
         config: ClusterConfig,
         access_entries: Sequence[AccessEntry],
         system_nodes: SystemNodesConfig,
+        placement: Placement,
         cni_uses_node_role: bool,
         stack_id: str,
         region: str,
@@ -167,8 +168,8 @@ class ExistingCluster(pulumi.ComponentResource):
             subnet_ids=[s.id for s in plan.system_subnets],
             instance_type=system_nodes.instance_type,
             sizes=(system_nodes.min_size, system_nodes.desired_size, system_nodes.max_size),
-            labels=SYSTEM_NODE_LABELS,
-            taints=None,
+            labels=placement.system_labels,
+            taints=node_group_taints(placement.system_taints),
             disk_size_gib=system_nodes.disk_size_gib,
             volume_key_arn=self.volume_key_arn,
             ami_type=SYSTEM_AMI,

@@ -26,10 +26,10 @@ import pulumi_eks as eks
 
 from components.cluster import Cluster
 from components.existing_cluster import ExistingCluster
-from components.managed_nodes import managed_node_group
+from components.managed_nodes import managed_node_group, node_group_taints
 from config.cluster import GpuNodesConfig
 from manifests.cluster_autoscaler import OWNED
-from planning.nodes import GPU_NODE_LABELS, GPU_TAINT_KEY
+from planning.nodes import Placement
 from planning.reservation import CapacityPlan
 from planning.upgrades import GPU_NODE_UPDATE
 
@@ -65,6 +65,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         name: str,
         *,
         config: GpuNodesConfig,
+        placement: Placement,
         cluster: Cluster | ExistingCluster,
         zone: str,
         subnet_id: pulumi.Input[str],
@@ -84,7 +85,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is.
         `autoscaler_tag`: on a team's cluster, the tag its Auto Scaling group gets so the stack's Cluster
         Autoscaler finds and may resize it alone (manifests/cluster_autoscaler.py); EKS passes no node
-        group tag on to the group."""
+        group tag on to the group. `placement`: the labels and taint the nodes carry (planning/nodes.py)."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
         if isinstance(cluster, ExistingCluster) or capacity:
@@ -96,6 +97,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             self.node_group = self._group(
                 name,
                 config,
+                placement,
                 cluster,
                 subnet_id=subnet_id,
                 autoscaled=autoscaled,
@@ -124,10 +126,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=config.min_size, desired_size=config.desired_size, max_size=config.max_size
             ),
-            labels=dict(GPU_NODE_LABELS),
-            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")]
-            if config.taint
-            else None,
+            labels=placement.gpu_labels,
+            taints=node_group_taints(placement.gpu_taints),
             disk_size=config.disk_size_gib,
             operating_system=eks.OperatingSystem.AL2023,
             gpu=True,  # with AL2023: the AL2023_x86_64_NVIDIA AMI (driver and container toolkit)
@@ -170,6 +170,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self,
         name: str,
         config: GpuNodesConfig,
+        placement: Placement,
         cluster: Cluster | ExistingCluster,
         *,
         subnet_id: pulumi.Input[str],
@@ -183,7 +184,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         `security_groups`, in a cluster placement group of the stack's own, or on a reservation in its
         placement group (none for a Capacity Block, or a reservation made outside one)."""
         child = pulumi.ResourceOptions(parent=self)
-        placement = (
+        placement_group = (
             capacity.placement_group
             if capacity
             else aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child).name
@@ -196,16 +197,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
             subnet_ids=[subnet_id],
             instance_type=config.instance_type,
             sizes=(config.min_size, config.desired_size, config.max_size),
-            labels=GPU_NODE_LABELS,
-            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")]
-            if config.taint
-            else None,
+            labels=placement.gpu_labels,
+            taints=node_group_taints(placement.gpu_taints),
             disk_size_gib=config.disk_size_gib,
             volume_key_arn=cluster.volume_key_arn,
             ami_type=GPU_AMI,
             efa_network_cards=max(network_cards, 1),
             efa_security_groups=security_groups,
-            placement_group=placement,
+            placement_group=placement_group,
             update_config=GPU_NODE_UPDATE,
             ignore_scaling_changes=autoscaled,
             tags=tags,

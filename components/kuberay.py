@@ -21,6 +21,7 @@ from components.helm import helm_release
 from components.network_policy import network_policies
 from config.serving import KubeRayConfig
 from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator, kuberay_policies
+from planning.nodes import Placement
 
 
 class KubeRayOperator(pulumi.ComponentResource):
@@ -36,10 +37,12 @@ class KubeRayOperator(pulumi.ComponentResource):
         config: KubeRayConfig,
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
+        placement: Placement,
         scraper: dict[str, Any],
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`system_nodes`: what the operator waits for (the system node group, not the GPU nodes);
+        """`system_nodes`: what the operator waits for (the system node group, not the GPU nodes), whose
+        `placement` it selects and tolerates;
         `scraper`: the Prometheus pods that scrape the operator (a network policy peer)."""
         super().__init__("ray-llm-eks:kuberay:KubeRayOperator", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(system_nodes))
@@ -54,7 +57,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         self.crds = chart_crds(f"{name}-crds", kuberay_crds(config), child)
         self.release = helm_release(
             f"{name}-operator",
-            kuberay_operator(config),
+            kuberay_operator(config, placement),
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.crds])),
             namespace=namespace.metadata.name,
         )

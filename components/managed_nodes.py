@@ -66,6 +66,19 @@ def reservation_target(capacity: CapacityPlan) -> aws.ec2.LaunchTemplateCapacity
     )
 
 
+def node_group_taints(taints: Sequence[Mapping[str, str]]) -> list[aws.eks.NodeGroupTaintArgs] | None:
+    """A node group's taints as EKS spells them (`NoSchedule` is `NO_SCHEDULE`); None for none."""
+    effects = {
+        "NoSchedule": "NO_SCHEDULE",
+        "NoExecute": "NO_EXECUTE",
+        "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    }
+    return [
+        aws.eks.NodeGroupTaintArgs(key=t["key"], value=t["value"], effect=effects[t["effect"]])
+        for t in taints
+    ] or None
+
+
 def managed_node_group(
     name: str,
     *,

@@ -227,8 +227,8 @@ class NodeGroupConfig(StrictModel):
 
 
 class SystemNodesConfig(NodeGroupConfig):
-    """The managed CPU node group labelled `role=system`: system pods, the KubeRay operator and
-    the Ray head."""
+    """The managed CPU node group labelled `role=system` (on a team's cluster also labelled and tainted
+    `ray-llm-eks/<serving namespace>=system`): system pods, the KubeRay operator and the Ray head."""
 
     instance_type: str = Field(
         "m7i.2xlarge",
@@ -326,5 +326,7 @@ class GpuNodesConfig(NodeGroupConfig):
     taint: bool = Field(
         True,
         description="Taint GPU nodes `nvidia.com/gpu=true:NoSchedule` so only pods that tolerate it "
-        "(Ray workers, device plugins) land there.",
+        "(Ray workers, device plugins) land there; on a team's cluster (`cluster.existingClusterName`) "
+        "the taint is the stack's own, `ray-llm-eks/<serving.namespace>=gpu:NoSchedule`, which no team "
+        "GPU job tolerates.",
     )

@@ -9,17 +9,19 @@ from manifests.charts import efa_device_plugin, kuberay_operator, nvidia_device_
 from manifests.endpoint import envoy_gateway_chart
 from manifests.load_balancer import load_balancer_controller
 from manifests.observability import dcgm_exporter_chart, kube_prometheus_stack_chart
+from planning.nodes import placement
 
 
 def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
+    where = placement(settings)
     charts = {
-        "nvidiaDevicePlugin": nvidia_device_plugin(),
-        "efaDevicePlugin": efa_device_plugin(settings.gpu_nodes.instance_type),
-        "kuberay": kuberay_operator(settings.kuberay),
+        "nvidiaDevicePlugin": nvidia_device_plugin(where),
+        "efaDevicePlugin": efa_device_plugin(where, settings.gpu_nodes.instance_type),
+        "kuberay": kuberay_operator(settings.kuberay, where),
         "loadBalancerController": load_balancer_controller(settings, cluster_name=cluster_name),
-        "envoyGateway": envoy_gateway_chart(),
+        "envoyGateway": envoy_gateway_chart(where),
         "prometheus": kube_prometheus_stack_chart(settings),
-        "dcgmExporter": dcgm_exporter_chart(),
+        "dcgmExporter": dcgm_exporter_chart(where),
     }
     return {key: chart.namespace for key, chart in charts.items()} | {
         "clusterAutoscaler": cluster_autoscaler.NAMESPACE

@@ -22,7 +22,7 @@ from config import Settings
 from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
 from manifests.network_policy import BENCH_PODS as BENCH_LABELS
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, serve_service_name
-from planning.nodes import SYSTEM_NODE_LABELS
+from planning.nodes import placement
 
 RESULT_MARKER = "=== ray-llm-eks bench result ==="
 RESULT_FILE = "/tmp/bench/result.json"
@@ -127,7 +127,7 @@ def bench_job(settings: Settings, image: str, options: BenchOptions) -> dict[str
                 "metadata": {"labels": dict(BENCH_LABELS)},
                 "spec": {
                     "restartPolicy": "Never",
-                    "nodeSelector": dict(SYSTEM_NODE_LABELS),
+                    **placement(settings).on_system_nodes(),
                     "automountServiceAccountToken": False,
                     "containers": [
                         {

@@ -17,7 +17,7 @@ from config import versions
 from config.serving import KubeRayConfig
 from manifests.k8s import namespace, pod_security_labels
 from manifests.network_policy import Allow, Port, closed_namespace
-from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from planning.nodes import Placement
 
 DEVICE_PLUGIN_NAMESPACE = "kube-system"
 
@@ -33,16 +33,16 @@ class HelmChart:
     skip_crds: bool = False
 
 
-def _on_gpu_nodes(chart: str, version: str, repo: str, **values: Any) -> HelmChart:
+def _on_gpu_nodes(placement: Placement, chart: str, version: str, repo: str, **values: Any) -> HelmChart:
     """A device plugin's DaemonSet: on the GPU nodes only, tolerating their taint."""
-    toleration = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-    tolerations = [*values.pop("tolerations", []), toleration]
-    values.update(nodeSelector=dict(GPU_NODE_SELECTOR), tolerations=tolerations)
+    tolerations = [*values.pop("tolerations", []), placement.gpu_toleration]
+    values.update(nodeSelector=placement.gpu_selector, tolerations=tolerations)
     return HelmChart(chart, version, repo, DEVICE_PLUGIN_NAMESPACE, values)
 
 
-def nvidia_device_plugin() -> HelmChart:
+def nvidia_device_plugin(placement: Placement) -> HelmChart:
     return _on_gpu_nodes(
+        placement,
         "nvidia-device-plugin",
         versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
         versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
@@ -50,8 +50,9 @@ def nvidia_device_plugin() -> HelmChart:
     )
 
 
-def efa_device_plugin(instance_type: str) -> HelmChart:
+def efa_device_plugin(placement: Placement, instance_type: str) -> HelmChart:
     return _on_gpu_nodes(
+        placement,
         "aws-efa-k8s-device-plugin",
         versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
         versions.EFA_DEVICE_PLUGIN_CHART_REPO,
@@ -59,7 +60,7 @@ def efa_device_plugin(instance_type: str) -> HelmChart:
     )
 
 
-def kuberay_operator(config: KubeRayConfig) -> HelmChart:
+def kuberay_operator(config: KubeRayConfig, placement: Placement) -> HelmChart:
     """Installed with `skip_crds`: Helm installs a chart's crds/ once and never upgrades them, so the
     stack applies them itself (`kuberay_crds`), at the chart's version."""
     return HelmChart(
@@ -67,7 +68,7 @@ def kuberay_operator(config: KubeRayConfig) -> HelmChart:
         version=config.chart_version,
         repo=versions.KUBERAY_CHART_REPO,
         namespace=config.namespace,
-        values={"nodeSelector": dict(SYSTEM_NODE_LABELS)},
+        values=placement.on_system_nodes(),
         skip_crds=True,
     )
 

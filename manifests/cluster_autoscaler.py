@@ -18,7 +18,7 @@ from typing import Any
 
 from config import Settings, versions
 from manifests.charts import HelmChart
-from planning.nodes import AUTOSCALER_STACK_TAG_PREFIX, EFA_RESOURCE, SYSTEM_NODE_LABELS
+from planning.nodes import AUTOSCALER_STACK_TAG_PREFIX, EFA_RESOURCE, placement
 from planning.system_pods import CLUSTER_AUTOSCALER
 
 NAMESPACE = "kube-system"
@@ -65,7 +65,7 @@ def cluster_autoscaler_chart(settings: Settings, *, cluster_name: str, stack: st
             "autoDiscovery": {"clusterName": cluster_name}
             | ({"tags": discovery_tags(cluster_name, stack)} if team else {}),
             "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
-            "nodeSelector": dict(SYSTEM_NODE_LABELS),
+            **placement(settings).on_system_nodes(),
             "resources": {
                 "requests": {"cpu": requests.cpu, "memory": requests.memory},
                 "limits": {"memory": "600Mi"},

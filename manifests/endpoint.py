@@ -32,7 +32,7 @@ from pydantic import Field
 
 from config import Settings, versions
 from manifests.charts import HelmChart
-from manifests.k8s import K8sModel, Manifest, namespace, pod_security_labels
+from manifests.k8s import K8sModel, Manifest, Toleration, namespace, pod_security_labels, tolerations_of
 from manifests.load_balancer import LOAD_BALANCER_CLASS
 from manifests.network_policy import (
     BENCH_PODS,
@@ -45,7 +45,7 @@ from manifests.network_policy import (
 from manifests.rayservice import serve_service_name
 from planning.context import ClusterContext
 from planning.names import cluster_scoped_name
-from planning.nodes import SYSTEM_NODE_LABELS
+from planning.nodes import Placement, placement
 from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
 
 GATEWAY_NAMESPACE = "envoy-gateway-system"
@@ -207,6 +207,7 @@ class EnvoyContainer(K8sModel):
 
 class EnvoyPod(K8sModel):
     node_selector: dict[str, str]
+    tolerations: list[Toleration] | None = None
 
 
 class EnvoyDeployment(K8sModel):
@@ -379,7 +380,7 @@ def api_keys_name(rayservice_name: str) -> str:
     return f"{rayservice_name}-api-keys"
 
 
-def envoy_gateway_chart() -> HelmChart:
+def envoy_gateway_chart(placement: Placement) -> HelmChart:
     """Envoy Gateway's controller on the system nodes. Its CRDs come from the stack (`envoy_gateway_crds`):
     the chart keeps them in a subchart's crds/, which Helm installs once and never upgrades."""
     controller = ENVOY_GATEWAY_CONTROLLER
@@ -391,7 +392,7 @@ def envoy_gateway_chart() -> HelmChart:
         values={
             "crds": {"enabled": False},
             "deployment": {
-                "pod": {"nodeSelector": dict(SYSTEM_NODE_LABELS)},
+                "pod": placement.on_system_nodes(),
                 "envoyGateway": {
                     "resources": {
                         "requests": {"cpu": controller.cpu, "memory": controller.memory},
@@ -399,7 +400,7 @@ def envoy_gateway_chart() -> HelmChart:
                     }
                 },
             },
-            "certgen": {"job": {"nodeSelector": dict(SYSTEM_NODE_LABELS)}},
+            "certgen": {"job": placement.on_system_nodes()},
         },
         skip_crds=True,
     )
@@ -548,6 +549,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     if not endpoint.enabled:
         return None
     existing_gateway = context.addons.gateway
+    where = placement(settings)
     name, serving_namespace = settings.serving.name, settings.serving.namespace
 
     def meta(object_name: str, object_namespace: str | None = serving_namespace) -> ObjectMeta:
@@ -576,7 +578,10 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                     kubernetes=KubernetesProvider(
                         envoy_deployment=EnvoyDeployment(
                             replicas=endpoint.gateway_replicas,
-                            pod=EnvoyPod(node_selector=dict(SYSTEM_NODE_LABELS)),
+                            pod=EnvoyPod(
+                                node_selector=where.system_selector,
+                                tolerations=tolerations_of(where.system_tolerations),
+                            ),
                             container=EnvoyContainer(resources=envoy_requests),
                         ),
                         envoy_service=EnvoyService(type="ClusterIP"),

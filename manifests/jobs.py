@@ -29,9 +29,10 @@ from manifests.k8s import (
     Volume,
     VolumeMount,
     locked_container,
+    tolerations_of,
     unprivileged_pod,
 )
-from planning.nodes import SYSTEM_NODE_LABELS
+from planning.nodes import Placement
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 MOUNT = "/program"
@@ -72,12 +73,13 @@ def program_job(
     timeout_seconds: int,
     resources: ResourceRequirements,
     labels: dict[str, str],
+    placement: Placement,
     service_account: str | None = None,
     volumes: list[Volume] | None = None,
     mounts: list[VolumeMount] | None = None,
 ) -> ProgramJob:
     """`program`: a file in jobs/, run with python3 from the image (nothing is installed at run time);
-    `data`: more files beside it (/program/<key>)."""
+    `data`: more files beside it (/program/<key>); `placement`: the system nodes it runs on."""
     command = ["python3", f"{MOUNT}/{program}"]
     config_map = {
         "apiVersion": "v1",
@@ -124,7 +126,8 @@ def program_job(
                 metadata=PodMetadata(labels=labels),
                 spec=PodSpec(
                     containers=[container],
-                    node_selector=dict(SYSTEM_NODE_LABELS),
+                    node_selector=placement.system_selector,
+                    tolerations=tolerations_of(placement.system_tolerations),
                     restart_policy="Never",
                     service_account_name=service_account,
                     # No program talks to the Kubernetes API (EKS Pod Identity projects its own token).

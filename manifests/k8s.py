@@ -7,6 +7,7 @@ errors here, because the API server would silently prune them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -158,6 +159,12 @@ class Toleration(K8sModel):
     key: str
     operator: Literal["Exists", "Equal"]
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str | None = None
+
+
+def tolerations_of(items: Sequence[Mapping[str, Any]]) -> list[Toleration] | None:
+    """`Placement`'s tolerations (planning/nodes.py) as a pod spec's; None for none."""
+    return [Toleration.model_validate(t) for t in items] or None
 
 
 class PodSpec(K8sModel):

@@ -24,7 +24,7 @@ from typing import Any
 
 from config import Settings, versions
 from manifests.charts import HelmChart
-from planning.nodes import SYSTEM_NODE_LABELS
+from planning.nodes import placement
 from planning.system_pods import LOAD_BALANCER_CONTROLLER, load_balancer_controller_replicas
 
 CONTROLLER_NAMESPACE = "kube-system"
@@ -48,7 +48,7 @@ def load_balancer_controller(settings: Settings, *, cluster_name: str) -> HelmCh
             "region": settings.region,
             "replicaCount": load_balancer_controller_replicas(settings),
             "serviceAccount": {"create": True, "name": CONTROLLER_SERVICE_ACCOUNT},
-            "nodeSelector": dict(SYSTEM_NODE_LABELS),
+            **placement(settings).on_system_nodes(),
             "enableServiceMutatorWebhook": False,
             "resources": {
                 "requests": {"cpu": requests.cpu, "memory": requests.memory},

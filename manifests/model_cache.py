@@ -22,6 +22,7 @@ from manifests.k8s import (
     VolumeMount,
 )
 from planning import Plan
+from planning.nodes import placement
 
 RAY_SERVICE_ACCOUNT = "ray-llm"
 """The Ray head and workers: read access to the model's prefix."""
@@ -80,6 +81,7 @@ def model_copy_job(
             requests={"cpu": "500m", "memory": "2Gi"}, limits={"cpu": "2", "memory": "4Gi"}
         ),
         labels={"app.kubernetes.io/name": serving.name, "app.kubernetes.io/component": "model-copy"},
+        placement=placement(settings),
         service_account=COPY_SERVICE_ACCOUNT,
         # the snapshot on the node's disk while it is uploaded (the Ray head's node, ~2x the checkpoint free)
         volumes=[Volume(name="work", empty_dir=EmptyDirVolumeSource())],

@@ -48,7 +48,7 @@ from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.context import ClusterContext
 from planning.names import cluster_scoped_name
-from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from planning.nodes import Placement, placement
 from planning.reservation import CapacityPlan
 from planning.system_pods import PodRequests, ray_autoscaling
 
@@ -109,7 +109,7 @@ def _resources(pod: PodRequests, memory_limit: str | None = None) -> dict[str, A
 
 def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
     observe = settings.observability
-    system = dict(SYSTEM_NODE_LABELS)
+    on_system = placement(settings).on_system_nodes()
     reloader = _resources(requests.PROMETHEUS_CONFIG_RELOADER, "64Mi")
     return HelmChart(
         chart="kube-prometheus-stack",
@@ -126,16 +126,16 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
             "kubeEtcd": {"enabled": False},
             "kubeProxy": {"enabled": False},
             "prometheusOperator": {
-                "nodeSelector": system,
+                **on_system,
                 "resources": _resources(requests.PROMETHEUS_OPERATOR, "256Mi"),
-                "admissionWebhooks": {"patch": {"nodeSelector": system}},
+                "admissionWebhooks": {"patch": on_system},
                 # The operator passes these to every config-reloader sidecar it injects (chart 88.5.3
                 # reads them here, templates/prometheus-operator/deployment.yaml; not at the top level).
                 "prometheusConfigReloader": {"resources": reloader},
             },
             "prometheus": {
                 "prometheusSpec": {
-                    "nodeSelector": system,
+                    **on_system,
                     "resources": _resources(requests.PROMETHEUS, "4Gi"),
                     "retention": f"{observe.retention_days}d",
                     "retentionSize": f"{int(observe.storage_gib * 0.9)}GiB",
@@ -157,13 +157,13 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
             },
             "alertmanager": {
                 "alertmanagerSpec": {
-                    "nodeSelector": system,
+                    **on_system,
                     "resources": _resources(requests.ALERTMANAGER, "256Mi"),
                 }
             },
             "grafana": {
                 "fullnameOverride": GRAFANA_SERVICE,
-                "nodeSelector": system,
+                **on_system,
                 "resources": _resources(requests.GRAFANA, "512Mi"),
                 "admin": {
                     "existingSecret": GRAFANA_ADMIN_SECRET,
@@ -188,7 +188,7 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                 },
             },
             "kube-state-metrics": {
-                "nodeSelector": system,
+                **on_system,
                 "resources": _resources(requests.KUBE_STATE_METRICS, "256Mi"),
             },
             # On every node (its chart tolerates every NoSchedule taint, the GPU taint included).
@@ -206,7 +206,7 @@ def kube_prometheus_stack_crds() -> list[str]:
     return [versions.kube_prometheus_stack_crd_url(plural) for plural in versions.KUBE_PROMETHEUS_STACK_CRDS]
 
 
-def dcgm_exporter_chart() -> HelmChart:
+def dcgm_exporter_chart(placement: Placement) -> HelmChart:
     """On the GPU nodes only, in the node-agents namespace; its ServiceMonitor is scraped like any
     other (every namespace)."""
     return HelmChart(
@@ -215,8 +215,8 @@ def dcgm_exporter_chart() -> HelmChart:
         repo=versions.DCGM_EXPORTER_CHART_REPO,
         namespace=NODE_AGENTS_NAMESPACE,
         values={
-            "nodeSelector": dict(GPU_NODE_SELECTOR),
-            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "nodeSelector": placement.gpu_selector,
+            "tolerations": [placement.gpu_toleration],
             "serviceMonitor": {"enabled": True, "interval": "15s", "honorLabels": True},
         },
     )
@@ -627,7 +627,7 @@ def build_observability(
         kube_prometheus_stack=kube_prometheus_stack_chart(settings)
         if addons.installs("prometheus")
         else None,
-        dcgm_exporter=dcgm_exporter_chart() if addons.installs("dcgmExporter") else None,
+        dcgm_exporter=dcgm_exporter_chart(placement(settings)) if addons.installs("dcgmExporter") else None,
         pod_monitors=pod_monitors(settings, context),
         kuberay_service_monitor=kuberay_service_monitor(settings, context)
         if addons.installs("kuberay")

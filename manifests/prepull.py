@@ -14,18 +14,15 @@ from typing import Any
 from config import Settings
 from manifests.k8s import locked_container, unprivileged_pod
 from planning import Plan
-from planning.nodes import GPU_NODE_SELECTOR, GPU_TAINT_KEY
+from planning.nodes import placement
 
 NAME = "ray-image-prepull"
 
 
 def prepull_daemon_set(settings: Settings, plan: Plan) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": settings.serving.name}
-    tolerations = (
-        [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
-        if settings.gpu_nodes.taint
-        else []
-    )
+    where = placement(settings)
+    tolerations = [where.gpu_toleration] if settings.gpu_nodes.taint else []
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -40,7 +37,7 @@ def prepull_daemon_set(settings: Settings, plan: Plan) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "nodeSelector": dict(GPU_NODE_SELECTOR),
+                    "nodeSelector": where.gpu_selector,
                     "tolerations": tolerations,
                     "containers": [
                         {

@@ -42,11 +42,11 @@ from manifests.k8s import (
     SeccompProfile,
     SecretKeySelector,
     SecurityContext,
-    Toleration,
     Volume,
     VolumeMount,
     namespace,
     pod_security_labels,
+    tolerations_of,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
 from manifests.observability import head_dashboard_env, head_metrics_ports
@@ -56,7 +56,7 @@ from manifests.readiness import serve_ready_check
 from manifests.serve_app import build_serve_config
 from planning import Plan
 from planning import system_pods as requests
-from planning.nodes import EFA_RESOURCE, GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
+from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
 
 HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
@@ -263,10 +263,12 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     worker_size = plan.worker
     tp = model.tensor_parallel_size
     head = serving.head
+    where = placement(settings)
 
     head_pod = PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
-        node_selector=dict(SYSTEM_NODE_LABELS),
+        node_selector=where.system_selector,
+        tolerations=tolerations_of(where.system_tolerations),
         containers=[
             Container(
                 name="ray-head",
@@ -342,16 +344,12 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         GPU_RESOURCE: str(tp),
         EFA_RESOURCE: str(plan.efa_per_worker),
     }
-    tolerations = (
-        [Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")]
-        if settings.gpu_nodes.taint
-        else None
-    )
+    tolerations = tolerations_of([where.gpu_toleration]) if settings.gpu_nodes.taint else None
     worker_pod = PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
         termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
         + TERMINATION_MARGIN_SECONDS,
-        node_selector=dict(GPU_NODE_SELECTOR),
+        node_selector=where.gpu_selector,
         tolerations=tolerations,
         # Workers never call the Kubernetes API (the autoscaler is in the head pod); their AWS access
         # is Pod Identity's own projected token.

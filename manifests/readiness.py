@@ -17,6 +17,7 @@ from config.base import load_yaml
 from manifests.jobs import ProgramJob, program_job, short_hash
 from manifests.k8s import EnvVar, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
+from planning.nodes import placement
 
 DASHBOARD_PORT = 8265
 TOKEN_MOUNT = "/ray-auth"
@@ -33,6 +34,7 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
         program="serve_ready.py",
         data={"expected.json": json.dumps(expected, sort_keys=True)},
         image=serving.readiness_check_image or versions.PYTHON_IMAGE,
+        placement=placement(settings),
         env=[
             EnvVar(
                 name="DASHBOARD_URL",

@@ -11,7 +11,8 @@ its EFA security group): a later preview finds it running and must not take it f
 release name says nothing: a team's `aws-load-balancer-controller` in kube-system looks like ours).
 
 What an existing add-on must be, or preview refuses it:
-- a device plugin must tolerate the GPU nodes' taint (`gpuNodes.taint`), or it never runs on them;
+- a device plugin must tolerate the GPU nodes' taint (`gpuNodes.taint`: the stack's own
+  `ray-llm-eks/<namespace>=gpu` there, planning/nodes.py), or it never runs on them;
 - the KubeRay operator must be at least the pinned version (the RayService uses its fields);
 - Envoy Gateway must have accepted a GatewayClass (the stack's Gateway uses it);
 - Prometheus (prometheus-operator's `Prometheus`) must select monitors by labels, so the stack's carry them,
@@ -28,7 +29,7 @@ from typing import Any
 import yaml
 
 from config import PROJECT, ConfigError, Settings, versions
-from planning.nodes import AUTOSCALER_STACK_TAG_PREFIX, GPU_TAINT_KEY
+from planning.nodes import AUTOSCALER_STACK_TAG_PREFIX, placement
 
 ENVOY_GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 
@@ -466,15 +467,17 @@ def as_chosen(settings: Settings) -> AddonPlan:
     return AddonPlan(install=frozenset(k for k, c in choices.items() if c != "existing"))
 
 
-def tolerates_gpu_taint(tolerations: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a pod with `tolerations` may run on a node tainted `nvidia.com/gpu=true:NoSchedule`."""
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, str]) -> bool:
+    """Whether a pod with `tolerations` may run on a node with `taint` (`key`, `value`, `effect`), as
+    the scheduler matches them: an empty key with `Exists` tolerates every taint; `Exists` any value of
+    its key; `Equal` (the default) its value alone; an empty effect every effect."""
     for t in tolerations:
-        key, operator, effect = t.get("key", ""), t.get("operator", "Equal"), t.get("effect", "")
-        if key not in ("", GPU_TAINT_KEY) or (not key and operator != "Exists"):
+        key, operator, effect = t.get("key") or "", t.get("operator") or "Equal", t.get("effect") or ""
+        if key not in ("", taint["key"]) or (not key and operator != "Exists"):
             continue
-        if effect not in ("", "NoSchedule"):
+        if effect not in ("", taint["effect"]):
             continue
-        if operator == "Exists" or t.get("value") == "true":
+        if operator == "Exists" or (t.get("value") or "") == taint["value"]:
             return True
     return False
 
@@ -494,21 +497,21 @@ def _existing_problems(
     settings: Settings, found: Mapping[str, Found], install: set[str], warnings: list[str]
 ) -> list[str]:
     problems = []
+    where = placement(settings)
     for key in ("nvidiaDevicePlugin", "efaDevicePlugin"):
         here = found.get(key)
-        tainted = settings.gpu_nodes.taint
-        if (
-            here
-            and key not in install
-            and here.workload
-            and tainted
-            and not tolerates_gpu_taint(here.workload.tolerations)
-        ):
+        if not (here and key not in install and here.workload):
+            continue
+        for taint in where.gpu_taints:
+            if tolerates(here.workload.tolerations, taint):
+                continue
+            spelled = f"{taint['key']}={taint['value']}:{taint['effect']}"
             problems.append(
                 f"{PROJECT}:addons.{key}: the cluster's {BY_KEY[key].what} ({here.where}) does not "
-                f"tolerate the GPU nodes' taint {GPU_TAINT_KEY}=true:NoSchedule, so it would never run "
-                "on them: add the toleration to it, set gpuNodes.taint: false, or let the stack "
-                f"install its own (addons.{key}: install, after removing the team's)"
+                f"tolerate the GPU nodes' taint {spelled}, so it would never run on them: add the "
+                f"toleration to it ({{key: {taint['key']}, operator: Equal, value: {taint['value']}, "
+                f"effect: {taint['effect']}}}), set gpuNodes.taint: false, or let the stack install "
+                f"its own (addons.{key}: install, after removing the team's)"
             )
     kuberay = found.get("kuberay")
     if kuberay and "kuberay" not in install and kuberay.workload:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Any
 
 from tests.chart_values import SUBCHARTS, chart_name, leaves
@@ -13,25 +12,20 @@ from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, AwsState, run_st
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
-OWN_AUTOSCALER = "+own-cluster-autoscaler"
-"""Suffix of an existing-cluster stack run against a team cluster that runs no Cluster Autoscaler, so the
-stack installs its own with the team-cluster values (the default mocked team runs one)."""
+OWN_ADDONS = "+own-addons"
+"""Suffix of an existing-cluster stack run against a team cluster that runs none of the add-ons (no Load
+Balancer Controller, Prometheus or Cluster Autoscaler, none of their CRDs), so the stack installs each of
+its own with the team-cluster values (the default mocked team runs those three)."""
 
 
 @functools.cache
 def releases() -> list[tuple[str, str, str, dict[str, Any]]]:
     """(stack, chart, version, values) of every Helm release of every stack file, and of each
-    existing-cluster stack file where the stack installs its own Cluster Autoscaler."""
+    existing-cluster stack file where the stack installs every add-on of its own."""
     runs = [(stack, run_stack(stack=stack)) for stack in STACKS]
     for stack in EXISTING_CLUSTER_STACKS:
-        team = TeamCluster()
-        without = tuple(d for d in team.deployments if "cluster-autoscaler" not in d["metadata"]["name"])
-        runs.append(
-            (
-                stack + OWN_AUTOSCALER,
-                run_stack(stack=stack, aws=AwsState(team=replace(team, deployments=without))),
-            )
-        )
+        bare = TeamCluster(deployments=(), prometheuses=(), crds=())
+        runs.append((stack + OWN_ADDONS, run_stack(stack=stack, aws=AwsState(team=bare))))
     found = []
     for stack, run in runs:
         for release in run.of_type(RELEASE):

@@ -11,12 +11,14 @@ which Pulumi.byo.example.yaml names.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
-from config import ConfigError
+from config import ConfigError, load_settings
 from tests.fakes import pulumi as fakes
 from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TEAM_WITH_GATEWAY, TeamCluster, _workload
 from tests.fakes.pulumi import (
@@ -27,6 +29,7 @@ from tests.fakes.pulumi import (
     run_stack,
     stack_file_config,
 )
+from tests.helm_releases import OWN_ADDONS, releases
 
 STACK = "byo.example"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -93,8 +96,7 @@ class TestWhatIsBuilt:
         assert gpu["subnetIds"] == [PRIVATE_A]  # private, the cluster's own, us-east-1a offers g6.8xlarge
         assert gpu["clusterName"] == TEAM_CLUSTER and gpu["version"] == "1.34"
         assert gpu["amiType"] == "AL2023_x86_64_NVIDIA"
-        assert gpu["labels"]["role"] == "gpu-worker"
-        assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        assert gpu["labels"]["role"] == "gpu-worker"  # its labels and taint: TestCoTenancy
         assert gpu["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
         assert team_run.exports["gpuAvailabilityZone"] == "us-east-1a"
         system = team_run.one(NODE_GROUP, "cluster-system").inputs
@@ -103,7 +105,7 @@ class TestWhatIsBuilt:
             "subnet-0bb0000000000000b",
             "subnet-0cc0000000000000c",
         ]
-        assert system["labels"] == {"role": "system"} and system["amiType"] == "AL2023_x86_64_STANDARD"
+        assert system["amiType"] == "AL2023_x86_64_STANDARD"
 
     def test_efa_as_pulumi_eks_builds_it_with_a_security_group_that_allows_all_to_and_from_itself(
         self, team_run
@@ -468,7 +470,7 @@ class TestRefusedAtPreview:
             "addons.efaDevicePlugin: the cluster's EFA device plugin (DaemonSet kube-system/efa-plugin)"
             in said
         )
-        assert "does not tolerate the GPU nodes' taint nvidia.com/gpu=true:NoSchedule" in said
+        assert "does not tolerate the GPU nodes' taint ray-llm-eks/inference=gpu:NoSchedule" in said
         tolerating = _workload(
             "DaemonSet",
             "kube-system",
@@ -636,6 +638,130 @@ class TestNothingOfTheTeamsIsTakenOver:
             "PRESERVE",
         )
         assert addon.inputs["preserve"] is True
+
+
+STACK_KEY = "ray-llm-eks/inference"
+"""The byo example's label and taint key on the team's cluster: the project and its serving namespace."""
+TOLERATES = {
+    role: {"key": STACK_KEY, "operator": "Equal", "value": role, "effect": "NoSchedule"}
+    for role in ("system", "gpu")
+}
+
+
+def pod_specs(tree: Any, where: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every pod spec in a rendered object or a chart's values: each map that names containers or a
+    node selector, with where it is."""
+    if isinstance(tree, dict):
+        if "containers" in tree or "nodeSelector" in tree:
+            yield where, tree
+        for key, value in tree.items():
+            yield from pod_specs(value, (*where, str(key)))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from pod_specs(value, (*where, str(i)))
+
+
+def placed(spec: dict[str, Any]) -> str | None:
+    """`system` or `gpu` where the pod selects exactly that kind of the stack's nodes and tolerates
+    their taint and nothing else (but `CriticalAddonsOnly`, which the NVIDIA plugin keeps); else None."""
+    tolerations = spec.get("tolerations") or []
+    for role, toleration in TOLERATES.items():
+        others = [t for t in tolerations if t != toleration and t.get("key") != "CriticalAddonsOnly"]
+        if spec.get("nodeSelector") == {STACK_KEY: role} and toleration in tolerations and not others:
+            return role
+    return None
+
+
+ON_NODES = {
+    "kuberay-operator": {(): "system"},
+    "aws-load-balancer-controller": {(): "system"},
+    "cluster-autoscaler": {(): "system"},
+    "gateway-helm": {("deployment", "pod"): "system", ("certgen", "job"): "system"},
+    "kube-prometheus-stack": {
+        ("prometheusOperator",): "system",
+        ("prometheusOperator", "admissionWebhooks", "patch"): "system",
+        ("prometheus", "prometheusSpec"): "system",
+        ("alertmanager", "alertmanagerSpec"): "system",
+        ("grafana",): "system",
+        ("kube-state-metrics",): "system",
+    },
+    "nvidia-device-plugin": {(): "gpu"},
+    "aws-efa-k8s-device-plugin": {(): "gpu"},
+    "dcgm-exporter": {(): "gpu"},
+}
+"""Where each chart the stack installs takes its pods' node selector and tolerations, and which of the
+stack's nodes they go to (kube-prometheus-stack's node exporter selects none: it runs on every node and
+its chart tolerates every NoSchedule taint)."""
+
+
+class TestCoTenancy:
+    """Issue 38: on a team's cluster the stack's nodes carry labels and NoSchedule taints of the stack's
+    own, so no team pod lands there (a team GPU job tolerates `nvidia.com/gpu`, not the stack's key), and
+    the stack's pods select and tolerate those alone (a team node labelled `role=system` draws none)."""
+
+    def test_the_stacks_nodes_carry_its_labels_and_taints(self, team_run):
+        gpu = team_run.one(NODE_GROUP, "gpu-nodes").inputs
+        assert gpu["labels"] == {
+            "role": "gpu-worker",
+            "nvidia.com/gpu.present": "true",
+            STACK_KEY: "gpu",
+        }
+        assert gpu["taints"] == [{"key": STACK_KEY, "value": "gpu", "effect": "NO_SCHEDULE"}]
+        system = team_run.one(NODE_GROUP, "cluster-system").inputs
+        assert system["labels"] == {"role": "system", STACK_KEY: "system"}
+        assert system["taints"] == [{"key": STACK_KEY, "value": "system", "effect": "NO_SCHEDULE"}]
+
+    def test_every_pod_the_stack_applies_itself_selects_and_tolerates_its_nodes(self, capsys):
+        from ops.cli import main
+
+        ranges = ["--vpc-cidr", "10.20.0.0/16", "--vpc-cidr", "100.64.0.0/16"]
+        assert main(["render", "--stack", STACK, *ranges]) == 0
+        objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+        found = {
+            (o["kind"], o["metadata"]["name"], where): spec for o in objects for where, spec in pod_specs(o)
+        }
+        assert {kind for kind, _, _ in found} >= {"RayService", "Job", "DaemonSet", "EnvoyProxy"}
+        assert {k: placed(spec) for k, spec in found.items() if not placed(spec)} == {}
+        gpu = {(kind, name) for (kind, name, _), spec in found.items() if placed(spec) == "gpu"}
+        assert gpu == {("RayService", "ray-llm"), ("DaemonSet", "ray-image-prepull")}
+
+    def test_every_chart_the_stack_installs_selects_and_tolerates_its_nodes(self):
+        seen = {}
+        for stack, chart, _, values in releases():
+            if stack == STACK + OWN_ADDONS:
+                seen[chart] = {tuple(where): placed(spec) for where, spec in pod_specs(values)}
+        assert seen == ON_NODES
+
+    def test_the_bench_job_selects_and_tolerates_the_system_nodes(self):
+        from manifests.bench import BenchOptions, bench_job
+
+        job = bench_job(load_settings(stack_file_config(STACK)), "bench:1", BenchOptions())
+        assert [placed(spec) for _, spec in pod_specs(job)] == ["system"]
+
+    def test_a_teams_device_plugin_that_tolerates_only_nvidias_taint_is_refused(self):
+        plugin = _workload(
+            "DaemonSet",
+            "kube-system",
+            "nvidia-device-plugin-daemonset",
+            "nvidia-device-plugin",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        )
+        said = refused(replace(TeamCluster(), daemonsets=(plugin,)))
+        assert "addons.nvidiaDevicePlugin: the cluster's NVIDIA device plugin" in said
+        assert "{key: ray-llm-eks/inference, operator: Equal, value: gpu, effect: NoSchedule}" in said
+        tolerating = _workload(
+            "DaemonSet",
+            "kube-system",
+            "nvidia-device-plugin-daemonset",
+            "nvidia-device-plugin",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+            tolerations=[TOLERATES["gpu"]],
+        )
+        run = byo(replace(TeamCluster(), daemonsets=(tolerating,)))
+        assert "nvidia-device-plugin" not in {
+            r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)
+        }
 
 
 class TestOffline:

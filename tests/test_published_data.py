@@ -12,7 +12,7 @@ from config import ConfigError, versions
 from config.base import load_yaml
 from tests import aws_iam, chart_values
 from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, run_stack, stack_settings
-from tests.helm_releases import OWN_AUTOSCALER, releases, values_by_chart
+from tests.helm_releases import OWN_ADDONS, releases, values_by_chart
 
 
 def _statement(**fields):
@@ -153,7 +153,7 @@ def versions_date(version: str) -> datetime.date:
 
 
 class TestHelmValuesAgainstTheCharts:
-    @pytest.mark.parametrize("stack", [*STACKS, *(s + OWN_AUTOSCALER for s in EXISTING_CLUSTER_STACKS)])
+    @pytest.mark.parametrize("stack", [*STACKS, *(s + OWN_ADDONS for s in EXISTING_CLUSTER_STACKS)])
     def test_every_key_we_set_is_one_the_pinned_chart_declares(self, stack):
         # By stack, not by release: a parameter per release would run every stack file at collection.
         found = [

@@ -182,6 +182,7 @@ def test_the_docs_list_what_the_stack_never_does_on_a_teams_cluster():
         "no pod of the team's with local data is evicted",
         "no add-on of the team's is overwritten or taken over, EBS CSI driver included",
         "no serving on a cluster where NetworkPolicies go unenforced",
+        "no pod of the team's is scheduled on the stack's nodes, and no pod of the stack's on the team's",
     ):
         assert promise in never.replace("\n  ", " "), promise
     assert "ray-llm-eks/cluster-autoscaler/<stack>=owned" in section.replace("\n", " ")
