@@ -562,7 +562,7 @@ def _against_cluster(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> int:
-    from ops.status import collect_status
+    from ops.status import collect_status, gpu_node_selector
     from ops.verify import VerifyTarget, verify
 
     settings: Settings | None = load_stack_settings(args.root, args.stack) if args.stack else None
@@ -580,6 +580,7 @@ def _against_cluster(
                 progress,
                 _gateway_namespace(args, settings, run),
                 _prometheus(args, settings, run),
+                gpu_node_selector(settings),
             )
             if settings:
                 report = replace(
@@ -606,7 +607,14 @@ def _against_cluster(
             f"the API server's proxy to svc/{endpoint.service}:{endpoint.port} in {endpoint.namespace}"
         )
         progress(f"verifying {namespace}/{name}, model {model}; HTTP via {via}")
-        target = VerifyTarget(namespace, name, model, gateway=gateway, **_kv_target(args, settings))
+        target = VerifyTarget(
+            namespace,
+            name,
+            model,
+            gateway=gateway,
+            gpu_selector=gpu_node_selector(settings),
+            **_kv_target(args, settings),
+        )
         result = verify(api, target, clock=clock, progress=progress, sleep=sleep)
         print(result.format())
         return 0 if result.passed else 1

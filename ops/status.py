@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from config import Settings
 from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
 from manifests.pd_dashboard import STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
@@ -20,6 +21,16 @@ from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
 
 GPU_NODE_SELECTOR = ",".join(f"{k}={v}" for k, v in nodes.GPU_NODE_SELECTOR.items())
 """The GPU nodes as a label selector (the seed's `role=gpu-worker`)."""
+
+
+def gpu_node_selector(settings: Settings | None) -> str:
+    """The stack's GPU nodes as a label selector: on a team's cluster its own label
+    (planning/nodes.py `placement`), which no team node carries; else `role=gpu-worker`."""
+    if settings is None:
+        return GPU_NODE_SELECTOR
+    return ",".join(f"{k}={v}" for k, v in nodes.placement(settings).gpu_selector.items())
+
+
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -178,6 +189,8 @@ class StatusReport:
     """None when no Prometheus of the stack answers (observability off)."""
     parked: bool = False
     """The stack file says `autoscaling.parked`: no RayService, by design."""
+    gpu_selector: str = GPU_NODE_SELECTOR
+    """How the GPU nodes were listed."""
     cost: str | None = None
     """What the stack costs now (from the prices the last preview cached), when run with --stack."""
 
@@ -229,7 +242,7 @@ class StatusReport:
                 ],
             )
         lines.append("")
-        lines.append(f"GPU nodes ({GPU_NODE_SELECTOR}): {len(self.gpu_nodes)}, with allocatable GPUs and EFA")
+        lines.append(f"GPU nodes ({self.gpu_selector}): {len(self.gpu_nodes)}, with allocatable GPUs and EFA")
         if self.gpu_nodes:
             lines += _table(
                 ("NODE", "INSTANCE", "ZONE", GPU_RESOURCE, EFA_RESOURCE),
@@ -256,15 +269,17 @@ def collect_status(
     progress: Progress = quiet,
     gateway_namespace: str = GATEWAY_NAMESPACE,
     prometheus: ServiceEndpoint | None = None,
+    gpu_selector: str = GPU_NODE_SELECTOR,
 ) -> StatusReport:
     """`gateway_namespace`: where the endpoint's load balancer Service is (Envoy Gateway's namespace);
-    `prometheus`: the Prometheus that scrapes the stack, if not the stack's own."""
+    `prometheus`: the Prometheus that scrapes the stack, if not the stack's own; `gpu_selector`: the
+    stack's GPU nodes (`gpu_node_selector`)."""
     progress(f"reading RayService {namespace}/{name}")
     rayservice = api.get_rayservice(namespace, name)
     progress(f"listing Ray pods in {namespace}")
     pods = api.list_pods(namespace, RAY_NODE_TYPE_LABEL)
-    progress(f"listing GPU nodes ({GPU_NODE_SELECTOR})")
-    nodes = api.list_nodes(GPU_NODE_SELECTOR)
+    progress(f"listing GPU nodes ({gpu_selector})")
+    nodes = api.list_nodes(gpu_selector)
     progress(f"reading the endpoint's Gateway {namespace}/{name}")
     endpoint = collect_endpoint(api, namespace, name, gateway_namespace)
     progress("asking Prometheus for latency and NIXL figures")
@@ -277,6 +292,7 @@ def collect_status(
         rayservice=parse_rayservice(rayservice) if rayservice is not None else None,
         pods=tuple(parse_pod(p) for p in sorted(pods, key=_pod_order)),
         gpu_nodes=tuple(parse_gpu_node(n) for n in sorted(nodes, key=lambda n: n["metadata"]["name"])),
+        gpu_selector=gpu_selector,
     )
 
 

@@ -94,6 +94,8 @@ class VerifyTarget:
     """The plan's floor for the probe's rate (planning/kv_path.py); None: no stack, no floor."""
     kv_floor_override: float | None = None
     """GB/s the probe must reach, instead of the plan's floor (`--kv-floor`)."""
+    gpu_selector: str = GPU_NODE_SELECTOR
+    """The stack's GPU nodes (ops/status.py `gpu_node_selector`: its own label on a team's cluster)."""
 
 
 @dataclass(frozen=True)
@@ -427,12 +429,10 @@ def check_kv_transfer(
     ]
 
 
-def check_gpu_nodes(api: KubeApi) -> CheckResult:
-    nodes = [parse_gpu_node(n) for n in api.list_nodes(GPU_NODE_SELECTOR)]
+def check_gpu_nodes(api: KubeApi, selector: str = GPU_NODE_SELECTOR) -> CheckResult:
+    nodes = [parse_gpu_node(n) for n in api.list_nodes(selector)]
     if not nodes:
-        return CheckResult(
-            CHECK_NODES, False, f"no node is labelled {GPU_NODE_SELECTOR} (is the GPU node group up?)"
-        )
+        return CheckResult(CHECK_NODES, False, f"no node is labelled {selector} (is the GPU node group up?)")
     problems = []
     for node in sorted(nodes, key=lambda n: n.name):
         if node.gpus < 1:
@@ -478,7 +478,9 @@ def verify(
                 lambda: check_kv_transfer(api, target, progress, sleep, clock),
             )
         )
-    steps.append(((CHECK_NODES,), "reading GPU node capacity", lambda: check_gpu_nodes(api)))
+    steps.append(
+        ((CHECK_NODES,), "reading GPU node capacity", lambda: check_gpu_nodes(api, target.gpu_selector))
+    )
     results: list[CheckResult] = []
     for names, doing, run in steps:
         progress(doing)

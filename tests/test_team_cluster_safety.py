@@ -186,3 +186,12 @@ def test_the_docs_list_what_the_stack_never_does_on_a_teams_cluster():
     ):
         assert promise in never.replace("\n  ", " "), promise
     assert "ray-llm-eks/cluster-autoscaler/<stack>=owned" in section.replace("\n", " ")
+
+
+def test_ops_lists_the_stacks_own_gpu_nodes_on_a_teams_cluster():
+    """ops status and ops verify ask for the stack's GPU label there, which no team node carries."""
+    from ops.status import GPU_NODE_SELECTOR, gpu_node_selector
+
+    assert gpu_node_selector(stack_settings("byo.example")) == "ray-llm-eks/inference=gpu"
+    assert gpu_node_selector(stack_settings("dev")) == GPU_NODE_SELECTOR == "role=gpu-worker"
+    assert gpu_node_selector(None) == "role=gpu-worker"
