@@ -15,6 +15,7 @@ which `ops bench` reads back.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +87,14 @@ def bench_command(settings: Settings, options: BenchOptions) -> list[str]:
         "--result-filename",
         filename,
     ]
-    quoted = " ".join(f"'{a}'" for a in args)
-    return ["sh", "-c", f"mkdir -p {directory} && {quoted} && echo '{RESULT_MARKER}' && cat {RESULT_FILE}"]
+    # shlex quotes every word, whatever it holds (a model source may hold a quote: issue 39).
+    quoted = shlex.join(args)
+    return [
+        "sh",
+        "-c",
+        f"mkdir -p {shlex.quote(directory)} && {quoted} && echo {shlex.quote(RESULT_MARKER)} && "
+        f"cat {shlex.quote(RESULT_FILE)}",
+    ]
 
 
 def bench_job(settings: Settings, image: str, options: BenchOptions) -> dict[str, Any]:

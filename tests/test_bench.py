@@ -4,6 +4,7 @@ endpoint, its result parsed, and the cost per million output tokens, against fak
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -97,22 +98,22 @@ class TestTheJob:
         command = bench_command(
             settings, BenchOptions(input_len=512, output_len=64, concurrency=4, requests=40)
         )
-        script = command[-1]
+        words = " ".join(shlex.split(command[-1]))  # the words sh sees, as shlex quoted them
         for part in (
-            "'vllm' 'bench' 'serve' '--backend' 'openai-chat'",
-            "'--base-url' 'http://ray-llm-gateway.envoy-gateway-system.svc:80'",
-            "'--model' 'qwen3.5-9b' '--tokenizer' 'Qwen/Qwen3.5-9B'",
-            "'--random-input-len' '512' '--random-output-len' '64'",
-            "'--num-prompts' '40' '--max-concurrency' '4'",
-            "'--percentile-metrics' 'ttft,tpot,itl,e2el' '--metric-percentiles' '50,90,99'",
-            f"echo '{RESULT_MARKER}' && cat /tmp/bench/result.json",
+            "vllm bench serve --backend openai-chat",
+            "--base-url http://ray-llm-gateway.envoy-gateway-system.svc:80",
+            "--model qwen3.5-9b --tokenizer Qwen/Qwen3.5-9B",
+            "--random-input-len 512 --random-output-len 64",
+            "--num-prompts 40 --max-concurrency 4",
+            "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99",
+            f"echo {RESULT_MARKER} && cat /tmp/bench/result.json",
         ):
-            assert part in script, part
+            assert part in words, part
 
     def test_without_the_endpoint_it_calls_serve_directly(self):
         settings = stack_settings("dev", endpoint={"enabled": False})
         script = bench_command(settings, BenchOptions())[-1]
-        assert "'http://ray-llm-serve-svc.inference.svc:8000'" in script
+        assert "http://ray-llm-serve-svc.inference.svc:8000" in shlex.split(script)
         job = bench_job(settings, "i", BenchOptions())
         assert not [
             e
