@@ -148,6 +148,11 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                             }
                         }
                     },
+                    # No lifecycle API: the operator reloads Prometheus by SIGHUP instead of POST /-/reload,
+                    # so no pod that reaches :9090 can POST /-/quit (operator v0.70+, promcfg.go).
+                    "reloadStrategy": "ProcessSignal",
+                    # No ServiceMonitor may point Prometheus at files on its own disk (bearer tokens, TLS).
+                    "arbitraryFSAccessThroughSMs": {"deny": True},
                     # Monitors and rules from every namespace, not only those labelled for this release.
                     **{
                         f"{kind}SelectorNilUsesHelmValues": False
@@ -190,6 +195,8 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
             "kube-state-metrics": {
                 **on_system,
                 "resources": _resources(requests.KUBE_STATE_METRICS, "256Mi"),
+                # Its ClusterRole then lists no Secret anywhere (the chart drops the rule with it).
+                "collectorsExclude": ["secrets"],
             },
             # On every node (its chart tolerates every NoSchedule taint, the GPU taint included).
             # In the privileged node-agents namespace (`node_agents_namespace`), with its ServiceMonitor.

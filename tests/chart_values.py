@@ -44,6 +44,12 @@ TEMPLATE_FACTS: dict[str, dict[str, tuple[str, str]]] = {
     "cluster-autoscaler": {
         "extraArgs": ("free", "templates/deployment.yaml ranges over extraArgs, one --key=value each"),
     },
+    "kube-prometheus-stack": {
+        "prometheus.prometheusSpec.arbitraryFSAccessThroughSMs": (
+            "free",
+            "templates/prometheus/prometheus.yaml renders it whole (toYaml): the CRD's {deny: bool}",
+        ),
+    },
 }
 """What a chart's templates do that its values.yaml does not say, as read in the templates at the
 pinned version: a map with defaults rendered whole (free-form), or a key read but not declared. The

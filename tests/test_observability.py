@@ -87,6 +87,15 @@ class TestTheMetricsStack:
             dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass"),
         )
 
+    def test_no_lifecycle_api_no_file_access_through_monitors_no_secret_listing(self, dev_stack):
+        """Issue 39: the operator reloads Prometheus by signal, so its HTTP API takes no POST /-/quit; no
+        ServiceMonitor reads files from Prometheus's disk; kube-state-metrics lists no Secret."""
+        v = values(dev_stack)
+        spec = v["prometheus"]["prometheusSpec"]
+        assert spec["reloadStrategy"] == "ProcessSignal"
+        assert spec["arbitraryFSAccessThroughSMs"] == {"deny": True}
+        assert "secrets" in v["kube-state-metrics"]["collectorsExclude"]
+
     def test_retention_follows_the_config(self):
         run = run_stack(overrides={"observability": {"retentionDays": 30, "storageGib": 200}})
         spec = values(run)["prometheus"]["prometheusSpec"]
