@@ -5,11 +5,12 @@ The request path: client -> NLB (TLS on 443 with an ACM certificate, or plain HT
 -> Envoy (API key check, timeouts) -> `<name>-serve-svc:8000` (Ray Serve's OpenAI API). What was read
 upstream and decided here (Envoy Gateway v1.9.0, AWS Load Balancer Controller v3.5.0):
 
-- API keys: a `SecurityPolicy` with `apiKeyAuth` on the HTTPRoute, keys from one Secret whose data keys
-  are the client names. Envoy's api_key_auth filter strips a leading `Bearer ` from a header, so OpenAI
-  clients' `Authorization: Bearer <key>` works with the bare key stored; `x-api-key` is accepted too
-  (the Kubernetes API server's service proxy, which `ops verify` can use, drops `Authorization`). The
-  key header is removed before the request reaches Ray (`sanitize`). No key, or a wrong one: 401.
+- API keys: a `SecurityPolicy` with `apiKeyAuth` on the Gateway (so on every route it serves), keys from
+  one Secret whose data keys are the client names. Envoy's api_key_auth filter strips a leading
+  `Bearer ` from a header, so OpenAI clients' `Authorization: Bearer <key>` works with the bare key
+  stored; `x-api-key` is accepted too (the Kubernetes API server's service proxy, which `ops verify`
+  can use, drops `Authorization`). The key header is removed before the request reaches Ray
+  (`sanitize`). No key, or a wrong one: 401.
 - Timeouts: Envoy's default route timeout is 15 s, which cuts a long streamed completion. The route's
   `timeouts.request` is the configured limit (`0s`: none), the client side's stream idle timeout the
   configured idle limit, and Envoy drops upstream connections after 60 s idle, before Ray Serve's own
@@ -611,7 +612,10 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
         security_policy=SecurityPolicy(
             metadata=meta(api_keys_name(name)),
             spec=SecurityPolicySpec(
-                target_refs=[route_ref],
+                # The Gateway, not the route: every route on it needs a key, one added later too. A
+                # route-level SecurityPolicy would replace this one for its route (Envoy Gateway v1.9:
+                # the most specific target wins), and the stack makes none.
+                target_refs=[gateway_ref],
                 api_key_auth=ApiKeyAuth(
                     credential_refs=[SecretRef(name=api_keys_name(name))],
                     extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],

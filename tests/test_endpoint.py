@@ -214,10 +214,13 @@ class TestEnvoyGateway:
         backend = gateway_object(dev_stack, "BackendTrafficPolicy").inputs["spec"]
         assert backend["timeout"]["http"]["connectionIdleTimeout"] == "60s"  # Ray Serve keeps 90 s
 
-    def test_the_api_key_policy_guards_the_route_with_the_keys_secret(self, dev_stack):
-        policy = gateway_object(dev_stack, "SecurityPolicy").inputs["spec"]
+    def test_the_api_key_policy_guards_the_gateway_with_the_keys_secret(self, dev_stack):
+        """Issue 39: on the Gateway, every route it serves needs a key, not only the stack's; and no
+        route-level SecurityPolicy (which would win over it for its route) exists."""
+        (security,) = [r for r in dev_stack.registrations if r.inputs.get("kind") == "SecurityPolicy"]
+        policy = security.inputs["spec"]
         assert policy["targetRefs"] == [
-            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "ray-llm"}
+            {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "ray-llm"}
         ]
         auth = policy["apiKeyAuth"]
         assert auth["credentialRefs"] == [{"name": "ray-llm-api-keys"}]
