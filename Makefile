@@ -31,10 +31,10 @@ destroy:       ## tear everything down, RayService first
 
 venv: $(VENV)  ## the project's Python: .venv with the program's dependencies (what `pulumi up` makes)
 
-$(VENV): requirements.lock
-	@echo "make: installing requirements.lock into .venv (hash-pinned, what the deploy installs; a minute, once)" >&2
+$(VENV): requirements.txt
+	@echo "make: installing requirements.txt into .venv (a minute, once)" >&2
 	@python3 -m venv .venv
-	@$(PYTHON) -m pip install --quiet --require-hashes -r requirements.lock
+	@$(PYTHON) -m pip install --quiet -r requirements.txt
 	@touch $@
 
 $(DEV_VENV): $(VENV) requirements-dev.txt

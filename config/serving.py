@@ -112,7 +112,8 @@ class ServingConfig(StrictModel):
         None,
         pattern=IMAGE_REFERENCE,
         description="Image of the Job that checks a new serve config is the one RUNNING (a Python 3 "
-        f"interpreter is all it needs). Default: `{versions.PYTHON_IMAGE}`.",
+        "interpreter is all it needs; it holds Ray's token, so pin it by digest). Default: the serving "
+        "image, which the head already runs (by digest with `imageDigest`).",
     )
     ray_version: SemVer = Field(
         versions.RAY_VERSION,

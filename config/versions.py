@@ -237,11 +237,6 @@ The image's changelog for v1.0 (2026-08-31) lists Ray 2.58.0, vLLM 0.26.0, PyTor
 and Python 3.13; it sets FI_PROVIDER=efa and FI_LOG_LEVEL=warn, and installs cuda-cudart-devel (the
 unversioned libcudart.so libfabric may dlopen)."""
 
-PYTHON_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
-"""Where the serve readiness check (jobs/serve_ready.py) runs: Docker's official Python
-image, from ECR Public's mirror (no Docker Hub pull limits). `serving.readinessCheckImage` overrides
-it for the check."""
-
 DLC_REGISTRY_ACCOUNT = "763104351884"
 """The AWS account that publishes Deep Learning Containers to ECR in each region."""
 
@@ -304,6 +299,5 @@ CHECKED: dict[str, datetime.date] = {
     # (`serving.imageDigest`) is what makes a pull reproducible.
     "RAY_LLM_IMAGE_TAG": datetime.date(2026, 11, 29),
     "RAY_LLM_PUBLIC_IMAGE": datetime.date(2026, 11, 29),
-    "PYTHON_IMAGE": datetime.date(2026, 11, 30),
 }
 """When each pin was last checked against its source (a bump updates its date)."""

@@ -235,7 +235,7 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
     return ServingManifests(
         namespace=namespace(settings.serving.namespace, serving_namespace_labels()),
         rayservice=rayservice,
-        ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2),
+        ready_check=serve_ready_check(settings, rayservice.spec.serve_config_v2, plan.image),
         prepull=prepull_daemon_set(settings, plan),
         plugins={
             "apiVersion": "v1",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from config import Settings, versions
+from config import Settings
 from config.base import load_yaml
 from manifests.jobs import ProgramJob, program_job, short_hash
 from manifests.k8s import EnvVar, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount
@@ -23,7 +23,10 @@ DASHBOARD_PORT = 8265
 TOKEN_MOUNT = "/ray-auth"
 
 
-def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
+def serve_ready_check(settings: Settings, serve_config_v2: str, serving_image: str) -> ProgramJob:
+    """`serving_image`: the Ray image the head runs (already on the system nodes; by digest with
+    `serving.imageDigest`), whose Python runs the check: the Job holds Ray's token, which opens the Jobs
+    API, so it runs no image of a mutable public tag (issue 39)."""
     serving = settings.serving
     timeout = serving.ready_timeout_minutes * 60
     name = f"{serving.name[:40]}-ready-{short_hash(serve_config_v2)}"
@@ -33,7 +36,7 @@ def serve_ready_check(settings: Settings, serve_config_v2: str) -> ProgramJob:
         namespace=serving.namespace,
         program="serve_ready.py",
         data={"expected.json": json.dumps(expected, sort_keys=True)},
-        image=serving.readiness_check_image or versions.PYTHON_IMAGE,
+        image=serving.readiness_check_image or serving_image,
         placement=placement(settings),
         env=[
             EnvVar(

@@ -44,8 +44,8 @@ SKIPS: dict[str, dict[str, str]] = {
     },
     "CKV_K8S_43": {
         "*": "Images by version tag, pinned in config/versions.py; the AWS DLC's tag can be pinned by "
-        "digest with serving.imageDigest (recommended for prod), the helper image with "
-        "serving.readinessCheckImage.",
+        "digest with serving.imageDigest (recommended for prod), and the readiness check runs that image "
+        "too.",
     },
     "CKV_K8S_8": {
         RAY: "KubeRay adds the liveness probe (HTTP /api/healthz on the dashboard agent port, Ray >= "
