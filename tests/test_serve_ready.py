@@ -313,3 +313,18 @@ def test_a_serve_only_change_replaces_the_check_and_nothing_else(dev_stack):
         changed.one(RAYSERVICE).inputs["spec"]["serveConfigV2"]
         != dev_stack.one(RAYSERVICE).inputs["spec"]["serveConfigV2"]
     )
+
+
+def test_the_check_runs_the_serving_image_not_a_public_tag(dev_stack):
+    """Issue 39: the Job mounts Ray's token, which opens the Jobs API; it runs the image the head runs
+    (by digest with serving.imageDigest), not a mutable public tag."""
+    jobs = [
+        r for r in dev_stack.of_type("kubernetes:batch/v1:Job") if "-ready-" in r.inputs["metadata"]["name"]
+    ]
+    (job,) = jobs
+    (container,) = job.inputs["spec"]["template"]["spec"]["containers"]
+    head = dev_stack.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"][
+        "headGroupSpec"
+    ]
+    assert container["image"] == head["template"]["spec"]["containers"][0]["image"]
+    assert "python:" not in container["image"]
