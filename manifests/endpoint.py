@@ -429,6 +429,10 @@ ENVOY_GATEWAY_WEBHOOK_PORT = 9443
 templates/envoy-gateway-deployment.yaml)."""
 
 
+ENVOY_GATEWAY_CONTROLLER_PODS = {"control-plane": "envoy-gateway"}
+"""Envoy Gateway's controller pods (gateway-helm v1.9.0 templates/envoy-gateway-deployment.yaml)."""
+
+
 def gateway_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
     """No IMDS; no ingress but: within the namespace (the proxies' xDS to the controller, on the ports
     the chart's `deployment.ports` lists), the load balancer to the proxies' listener and health-check
@@ -456,9 +460,9 @@ def gateway_policies(settings: Settings, context: ClusterContext) -> list[dict[s
             ),
             Allow(
                 "api-server",
-                "admission calls to the controller's webhook",
+                "admission calls to the controller's webhook, and no other pod",
                 in_vpc,
-                {},
+                dict(ENVOY_GATEWAY_CONTROLLER_PODS),
                 (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
             ),
         ],

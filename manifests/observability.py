@@ -301,6 +301,11 @@ def scraper(context: ClusterContext) -> Scraper:
     return Scraper(MONITORING_NAMESPACE, dict(PROMETHEUS_PODS), PROMETHEUS_SERVICE)
 
 
+OPERATOR_PODS = {"app": "kube-prometheus-stack-operator"}
+"""prometheus-operator's pods (kube-prometheus-stack 88.5.3 templates/prometheus-operator/deployment.yaml:
+`app: {{ kube-prometheus-stack.name }}-operator`, the chart's name without nameOverride)."""
+
+
 def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
     """No IMDS; no ingress but: within the namespace (Grafana to Prometheus, Prometheus to
     Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server (its service proxy,
@@ -312,10 +317,17 @@ def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dic
             Allow.within("Grafana, Prometheus, Alertmanager, the operator"),
             Allow(
                 "api-server",
-                "the service proxy to Prometheus (ops status), the operator's webhook",
+                "the service proxy to Prometheus (ops status)",
                 vpc(context.vpc_cidrs),
-                {},
-                (Port("prometheus", PROMETHEUS_PORT), Port("webhook", OPERATOR_WEBHOOK_PORT)),
+                dict(PROMETHEUS_PODS),
+                (Port("prometheus", PROMETHEUS_PORT),),
+            ),
+            Allow(
+                "api-server-webhook",
+                "admission calls to the operator's webhook, and no other pod",
+                vpc(context.vpc_cidrs),
+                dict(OPERATOR_PODS),
+                (Port("webhook", OPERATOR_WEBHOOK_PORT),),
             ),
             Allow(
                 "ray-dashboard",

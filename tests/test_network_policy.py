@@ -339,9 +339,22 @@ class TestEveryNamespaceWeOwnDeniesIngress:
             "podSelector": {"matchLabels": RAY_HEAD},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "inference"}},
         }
+        prometheus = {
+            "matchLabels": {
+                "app.kubernetes.io/name": "prometheus",
+                "app.kubernetes.io/managed-by": "prometheus-operator",
+            }
+        }
+        # Issue 39: from the VPC (the API server), Prometheus's port to Prometheus only, the webhook's to
+        # the operator only: no other pod of the namespace is open to the VPC.
         assert ingress_allowed(dev_stack, "monitoring") == {
             "allow-within": ({}, [{"podSelector": {}}], []),
-            "allow-api-server": ({}, [vpc], [9090, 10250]),
+            "allow-api-server": (prometheus, [vpc], [9090]),
+            "allow-api-server-webhook": (
+                {"matchLabels": {"app": "kube-prometheus-stack-operator"}},
+                [vpc],
+                [10250],
+            ),
             "allow-ray-dashboard": ({}, [ray_head], [9090, 3000]),
         }
 
@@ -369,5 +382,6 @@ class TestEveryNamespaceWeOwnDeniesIngress:
         assert allowed == {
             "allow-within": ({}, [{"podSelector": {}}], []),
             "allow-bench": (proxies, [bench], [10080]),
-            "allow-api-server": ({}, [vpc], [9443]),
+            # Issue 39: the webhook's port from the VPC to the controller only.
+            "allow-api-server": ({"matchLabels": {"control-plane": "envoy-gateway"}}, [vpc], [9443]),
         }
