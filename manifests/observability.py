@@ -107,6 +107,16 @@ def _resources(pod: PodRequests, memory_limit: str | None = None) -> dict[str, A
     return resources
 
 
+def monitored_namespaces(settings: Settings) -> dict[str, Any]:
+    """Where the stack's own Prometheus takes monitors and rules from: its own namespace (the chart's
+    monitors), the node agents' (node-exporter, dcgm-exporter), the KubeRay operator's and the serving
+    namespace (the Ray PodMonitors and the alert rules), by the name label the API server sets."""
+    names = sorted(
+        {MONITORING_NAMESPACE, NODE_AGENTS_NAMESPACE, settings.kuberay.namespace, settings.serving.namespace}
+    )
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}]}
+
+
 def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
     observe = settings.observability
     on_system = placement(settings).on_system_nodes()
@@ -153,9 +163,15 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
                     "reloadStrategy": "ProcessSignal",
                     # No ServiceMonitor may point Prometheus at files on its own disk (bearer tokens, TLS).
                     "arbitraryFSAccessThroughSMs": {"deny": True},
-                    # Monitors and rules from every namespace, not only those labelled for this release.
+                    # Monitors and rules whatever their labels, not only those labelled for this release,
+                    # but only from the namespaces the stack puts them in (issue 39): a monitor in any
+                    # other namespace cannot point this Prometheus at pods, files or credentials.
                     **{
                         f"{kind}SelectorNilUsesHelmValues": False
+                        for kind in ("podMonitor", "serviceMonitor", "rule", "probe", "scrapeConfig")
+                    },
+                    **{
+                        f"{kind}NamespaceSelector": monitored_namespaces(settings)
                         for kind in ("podMonitor", "serviceMonitor", "rule", "probe", "scrapeConfig")
                     },
                 }

@@ -96,6 +96,26 @@ class TestTheMetricsStack:
         assert spec["arbitraryFSAccessThroughSMs"] == {"deny": True}
         assert "secrets" in v["kube-state-metrics"]["collectorsExclude"]
 
+    def test_prometheus_takes_monitors_only_from_the_namespaces_the_stack_puts_them_in(self, dev_stack):
+        """Issue 39: every monitor and rule of the stack is selected, and no other namespace is."""
+        spec = values(dev_stack)["prometheus"]["prometheusSpec"]
+        selected = set()
+        for kind in ("podMonitor", "serviceMonitor", "rule", "probe", "scrapeConfig"):
+            (expression,) = spec[f"{kind}NamespaceSelector"]["matchExpressions"]
+            assert (expression["key"], expression["operator"]) == ("kubernetes.io/metadata.name", "In")
+            selected |= set(expression["values"])
+        assert selected == {"monitoring", "node-agents", "kuberay-operator", "inference"}
+        ours = {
+            r.inputs["metadata"]["namespace"]
+            for r in dev_stack.registrations
+            if r.type.startswith("kubernetes:monitoring.coreos.com/")
+        }
+        charts = {
+            release(dev_stack, c).inputs["namespace"] for c in ("kube-prometheus-stack", "dcgm-exporter")
+        }
+        node_exporter = values(dev_stack)["prometheus-node-exporter"]["namespaceOverride"]
+        assert ours and ours | charts | {node_exporter} <= selected
+
     def test_retention_follows_the_config(self):
         run = run_stack(overrides={"observability": {"retentionDays": 30, "storageGib": 200}})
         spec = values(run)["prometheus"]["prometheusSpec"]
