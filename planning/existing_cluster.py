@@ -165,12 +165,8 @@ def plan_existing(
                 f"true to let the stack add it, or add it yourself: `aws eks create-addon --cluster-name "
                 f"{cluster.name} --addon-name {POD_IDENTITY_AGENT}`"
             )
-    engines = (
-        list(policy_engines)
-        if policy_engines is not None
-        else (["the VPC CNI add-on's network policy agent"] if cluster.enforces_network_policies else [])
-    )
-    if not engines:
+    enforced = bool(policy_engines) if policy_engines is not None else cluster.enforces_network_policies
+    if not enforced:
         unenforced = (
             f"cluster {cluster.name} enforces no NetworkPolicy (the VPC CNI's network policy agent is off, "
             "and no Calico or Cilium runs), so the stack's default deny and the Ray pods' listed paths would "
