@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import NODE_POLICIES, VPC_CNI_POLICY, volume_key_policy
 from components.managed_nodes import managed_node_group, node_group_taints
 from config.cluster import ClusterConfig, SystemNodesConfig
+from manifests.preview_reader import preview_reader_rbac
 from planning.access import AccessEntry, partition_of
 from planning.existing_cluster import POD_IDENTITY_AGENT, ExistingPlan
 from planning.nodes import Placement
@@ -203,6 +204,7 @@ class ExistingCluster(pulumi.ComponentResource):
                 f"{name}-access-{entry.key}",
                 cluster_name=cluster.name,
                 principal_arn=entry.principal_arn,
+                kubernetes_groups=list(entry.kubernetes_groups) or None,
                 tags=ours,
                 opts=child,
             )
@@ -217,4 +219,18 @@ class ExistingCluster(pulumi.ComponentResource):
 
         self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, get_token))
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        # What the viewers' previews list here beyond AmazonEKSViewPolicy; the group is the stack's own.
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        for group in sorted({g for entry in access_entries for g in entry.kubernetes_groups}):
+            role, binding = preview_reader_rbac(group, group)
+            k8s.rbac.v1.ClusterRole(
+                f"{name}-{group}", metadata=role["metadata"], rules=role["rules"], opts=on_cluster
+            )
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-{group}",
+                metadata=binding["metadata"],
+                role_ref=binding["roleRef"],
+                subjects=binding["subjects"],
+                opts=on_cluster,
+            )
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

@@ -93,9 +93,15 @@ class ClusterConfig(StrictModel):
     )
     viewer_principal_arns: list[IamPrincipalArn] = Field(
         [],
-        description="IAM roles or users given read-only access (EKS access policy "
-        "`AmazonEKSAdminViewPolicy`: every object, Secrets included, nothing writable), e.g. the role CI "
-        "runs `pulumi preview` with.",
+        description="IAM roles or users that run `pulumi preview`: EKS access policy `AmazonEKSViewPolicy` "
+        "(read most objects, no Secrets, nothing writable; a preview reads no Secret), e.g. the role a pull "
+        "request previews dev with. List a pull-request role in dev's stack file only.",
+    )
+    refresh_principal_arns: list[IamPrincipalArn] = Field(
+        [],
+        description="IAM roles or users that run `pulumi preview --refresh` (the drift check): EKS access "
+        "policy `AmazonEKSAdminViewPolicy`, every object, Secrets included (a refresh reads the stack's API "
+        "keys and tokens back), nothing writable. Only for a role that runs from `main`.",
     )
     log_types: list[LogType] = Field(
         ["api", "audit", "authenticator"],

@@ -1,5 +1,15 @@
 """Who may use the cluster's Kubernetes API, and the partition its ARNs live in.
 
+Three kinds of principal, one access policy each (docs/design.md, "Who reads what"):
+- admins (`AmazonEKSClusterAdminPolicy`): `pulumi up`, by a person or the deploy workflow;
+- viewers (`AmazonEKSViewPolicy`: no Secrets): `pulumi preview`, which reads no Secret (pulumi-kubernetes'
+  helm.v3.Release reads its release only in Read, that is on refresh or import; a Kubernetes object's
+  dry-run is refused to a viewer and the provider falls back to an inputs-only diff); on a team's
+  cluster a viewer also joins `preview_reader_group`, bound to exactly what world/kubernetes.py lists
+  there (`PREVIEW_READS`);
+- refreshers (`AmazonEKSAdminViewPolicy`: Secrets included): `pulumi preview --refresh`, the drift check,
+  which reads every object back, the stack's Secrets and Helm's release records among them.
+
 EKS makes whoever creates the cluster an admin with an access entry of its own (pulumi-eks keeps
 `bootstrapClusterCreatorAdminPermissions` on). A second entry for that principal fails with
 ResourceInUseException, so the creator, recorded on the stack's VPC (planning/zones.py), is skipped
@@ -14,9 +24,24 @@ from dataclasses import dataclass
 from config import PROJECT, ConfigError, Settings
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-VIEWER_POLICY = "AmazonEKSAdminViewPolicy"
-"""Read every object, Secrets included (Helm keeps releases in Secrets, so a preview reads them),
-change nothing."""
+VIEWER_POLICY = "AmazonEKSViewPolicy"
+"""Read most objects, Secrets not among them, change nothing: enough for `pulumi preview`."""
+REFRESH_POLICY = "AmazonEKSAdminViewPolicy"
+"""Read every object, Secrets included, change nothing: what `pulumi preview --refresh` reads back."""
+ROLES = {ADMIN_POLICY: "admin", VIEWER_POLICY: "viewer", REFRESH_POLICY: "refresh"}
+
+PREVIEW_READS: tuple[tuple[str, str], ...] = (
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("apps", "deployments"),
+    ("apps", "daemonsets"),
+    ("monitoring.coreos.com", "prometheuses"),
+    ("gateway.networking.k8s.io", "gatewayclasses"),
+    ("", "configmaps"),
+    ("", "namespaces"),
+)
+"""(API group, resource) of every list world/kubernetes.py makes of a team's cluster at preview. The
+view policy lacks the cluster-scoped and custom ones, so a viewer gets them from a ClusterRole of the
+stack's (tests/test_existing_cluster.py holds this to the reader's paths)."""
 
 
 def partition_of(region: str) -> str:
@@ -41,13 +66,19 @@ class AccessEntry:
     principal_arn: str
     policy: str
     """Name of the EKS access policy, associated at cluster scope."""
+    kubernetes_groups: tuple[str, ...] = ()
+    """RBAC groups the principal joins besides its access policy."""
 
     @property
     def key(self) -> str:
         """Stable per principal, so adding or removing one principal touches only its own entry."""
         account, kind, name = principal_key(self.principal_arn)
-        role = "admin" if self.policy == ADMIN_POLICY else "viewer"
-        return f"{role}-{account}-{kind}-{name}"
+        return f"{ROLES[self.policy]}-{account}-{kind}-{name}"
+
+
+def preview_reader_group(settings: Settings) -> str:
+    """The RBAC group of the stack's viewers on a team's cluster (one per stack: two stacks share none)."""
+    return f"{PROJECT}-{settings.serving.namespace}-preview-readers"
 
 
 @dataclass(frozen=True)
@@ -61,18 +92,26 @@ def plan_access(settings: Settings, creator: str | None, existing_entries: Itera
     cluster, `existing_entries`: the listed principals that have an entry the stack did not make (the
     team's), which the stack leaves as it is (a second entry for one principal fails)."""
     cluster = settings.cluster
-    admins = {principal_key(a) for a in cluster.admin_principal_arns}
-    both = sorted(a for a in cluster.viewer_principal_arns if principal_key(a) in admins)
-    if both:
-        raise ConfigError(
-            [
-                f"{PROJECT}:cluster.viewerPrincipalArns: {both} are also in "
-                f"{PROJECT}:cluster.adminPrincipalArns; a principal has one access entry, so list it once"
-            ]
-        )
+    lists = [
+        ("adminPrincipalArns", cluster.admin_principal_arns, ADMIN_POLICY),
+        ("viewerPrincipalArns", cluster.viewer_principal_arns, VIEWER_POLICY),
+        ("refreshPrincipalArns", cluster.refresh_principal_arns, REFRESH_POLICY),
+    ]
+    problems = []
+    for i, (key, arns, _) in enumerate(lists):
+        for earlier, earlier_arns, _ in lists[:i]:
+            keys = {principal_key(a) for a in earlier_arns}
+            both = sorted(a for a in arns if principal_key(a) in keys)
+            if both:
+                problems.append(
+                    f"{PROJECT}:cluster.{key}: {both} are also in {PROJECT}:cluster.{earlier}; a principal "
+                    "has one access entry, so list it once"
+                )
+    if problems:
+        raise ConfigError(problems)
+    on_team_cluster = bool(cluster.existing_cluster_name)
     entries, notes = [], []
-    listed = [(a, ADMIN_POLICY) for a in cluster.admin_principal_arns]
-    listed += [(v, VIEWER_POLICY) for v in cluster.viewer_principal_arns]
+    listed = [(arn, policy) for _, arns, policy in lists for arn in arns]
     teams = {principal_key(a) for a in existing_entries}
     for arn, policy in listed:
         if creator and principal_key(arn) == principal_key(creator):
@@ -84,5 +123,6 @@ def plan_access(settings: Settings, creator: str | None, existing_entries: Itera
                 "made it"
             )
             continue
-        entries.append(AccessEntry(arn, policy))
+        groups = (preview_reader_group(settings),) if on_team_cluster and policy == VIEWER_POLICY else ()
+        entries.append(AccessEntry(arn, policy, groups))
     return AccessPlan(entries=tuple(entries), notes=tuple(notes))

@@ -39,6 +39,10 @@ def _given(settings: Settings) -> list[tuple[str, str, bool, Accounts]]:
             (f"cluster.viewerPrincipalArns[{i}]", a, False, "any")
             for i, a in enumerate(cluster.viewer_principal_arns)
         ),
+        *(
+            (f"cluster.refreshPrincipalArns[{i}]", a, False, "any")
+            for i, a in enumerate(cluster.refresh_principal_arns)
+        ),
     ]
     return [(key, arn, regional, accounts) for key, arn, regional, accounts in given if arn]
 

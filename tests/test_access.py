@@ -60,12 +60,13 @@ def test_a_retry_by_someone_else_before_the_cluster_exists_makes_them_the_creato
     assert principals(retry) == {DEPLOYER: ADMIN_POLICY, CI: VIEWER_POLICY}
 
 
-def test_viewer_policy_is_read_only_with_secrets():
-    """Helm keeps releases in Secrets, so a preview reads them: AmazonEKSViewPolicy would not do."""
-    run = run_stack(overrides={"cluster": {"viewerPrincipalArns": [CI]}})
-    (entry,) = run.one(CLUSTER).inputs["accessEntries"].values()
-    (policy,) = entry["accessPolicies"].values()
-    assert policy["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy"
+def test_a_viewer_reads_no_secret_and_only_a_refresher_reads_them():
+    """A preview reads no Secret (pulumi-kubernetes reads a Helm release only on refresh), so a
+    pull request's role gets the view policy; the drift check's `--refresh` reads every object back."""
+    drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
+    run = run_stack(overrides={"cluster": {"viewerPrincipalArns": [CI], "refreshPrincipalArns": [drift]}})
+    assert principals(run) == {CI: "AmazonEKSViewPolicy", drift: "AmazonEKSAdminViewPolicy"}
+    assert all(not e.get("kubernetesGroups") for e in run.one(CLUSTER).inputs["accessEntries"].values())
 
 
 def test_entries_are_keyed_by_principal_so_removing_one_touches_no_other():
@@ -87,6 +88,24 @@ def test_a_principal_in_both_lists_is_refused_naming_both_keys():
         ConfigError, match=r"viewerPrincipalArns: .* are also in ray-llm-eks:cluster\.adminPrincipalArns"
     ):
         plan_access(_settings(adminPrincipalArns=[CI], viewerPrincipalArns=[CI]), DEPLOYER)
+
+
+@pytest.mark.parametrize(
+    ("lists", "says"),
+    [
+        (
+            {"viewerPrincipalArns": [CI], "refreshPrincipalArns": [CI]},
+            r"refreshPrincipalArns: .*:cluster\.viewerPrincipalArns",
+        ),
+        (
+            {"adminPrincipalArns": [CI], "refreshPrincipalArns": [CI]},
+            r"refreshPrincipalArns: .*:cluster\.adminPrincipalArns",
+        ),
+    ],
+)
+def test_a_principal_in_two_of_the_three_lists_is_refused(lists: dict[str, list[str]], says: str):
+    with pytest.raises(ConfigError, match=says):
+        plan_access(_settings(**lists), DEPLOYER)
 
 
 def test_a_role_is_the_same_with_or_without_its_path():

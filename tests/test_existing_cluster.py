@@ -887,3 +887,47 @@ class TestOffline:
         report, code = format_findings(preflight(stack_settings(STACK), run))
         assert line in report
         assert code == (0 if line.startswith("ok") else 2)
+
+
+class TestViewersOfTheTeamsCluster:
+    """A viewer's preview lists what world/kubernetes.py reads of the team's cluster; the view policy
+    lacks CRDs and the custom kinds, so the stack binds exactly those, and no Secret, to its viewers."""
+
+    VIEWER = "arn:aws:iam::123456789012:role/ci-preview"
+
+    @pytest.fixture(scope="class")
+    def run(self) -> StackRun:
+        return byo(cluster={"existingClusterName": TEAM_CLUSTER, "viewerPrincipalArns": [self.VIEWER]})
+
+    def test_the_viewer_joins_the_stacks_group_bound_to_the_reads_a_preview_makes(self, run: StackRun):
+        (entry,) = run.of_type("aws:eks/accessEntry:AccessEntry")
+        (group,) = entry.inputs["kubernetesGroups"]
+        (binding,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+        assert binding.inputs["subjects"] == [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+        ]
+        (role,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+        assert binding.inputs["roleRef"]["name"] == role.inputs["metadata"]["name"]
+        granted = {
+            (g, r) for rule in role.inputs["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+        }
+        assert granted == set(self.reader_lists())
+        assert all(set(rule["verbs"]) == {"get", "list"} for rule in role.inputs["rules"])
+
+    @staticmethod
+    def reader_lists() -> list[tuple[str, str]]:
+        """(group, resource) of every path world/kubernetes.py lists, read from its source."""
+        import re
+        from pathlib import Path
+
+        source = Path(__file__).parent.parent.joinpath("world", "kubernetes.py").read_text()
+        found = []
+        for path in re.findall(r'"(/apis?/[^"]+)"', source):
+            parts = path.strip("/").split("/")
+            found.append(("", parts[2]) if parts[0] == "api" else (parts[1], parts[3]))
+        assert found, "world/kubernetes.py lists nothing?"
+        return found
+
+    def test_no_secret_is_ever_granted(self, run: StackRun):
+        (role,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+        assert not any("secrets" in rule["resources"] for rule in role.inputs["rules"])

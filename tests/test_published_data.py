@@ -37,12 +37,14 @@ class TestIamAgainstAwsData:
         people = {
             "adminPrincipalArns": ["arn:aws:iam::123456789012:role/admins"],
             "viewerPrincipalArns": ["arn:aws:iam::123456789012:role/viewers"],
+            "refreshPrincipalArns": ["arn:aws:iam::123456789012:role/drift"],
         }
         run = run_stack(stack=stack, overrides={"cluster": people})
         arns = {arn for reg in run.registrations for arn in aws_iam.managed_arns_in(reg.inputs)}
         if any(r.name == "observability-ebs-csi" for r in run.registrations):  # not on a team's add-on
             assert "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2" in arns
         assert "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy" in arns
+        assert "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy" in arns
         assert "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy" in arns
         managed = sorted(a for a in arns if aws_iam.MANAGED_ARN.match(a))
         access = sorted(a for a in arns if aws_iam.ACCESS_POLICY_ARN.match(a))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.fakes.pulumi import ROOT, STACKS
+from tests.workflow_files import load
 
 EXAMPLE = ".example"
 """A stack file named `Pulumi.<name>.example.yaml` is an example: tested under the mocks like every stack
@@ -43,14 +44,6 @@ GITHUB = ROOT / ".github"
 WORKFLOWS = sorted((GITHUB / "workflows").glob("*.yml"))
 ACTIONS = sorted((GITHUB / "actions").glob("*/action.yml"))
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
-
-
-def load(path: Path) -> dict[str, Any]:
-    # YAML 1.1 reads the key `on` as True.
-    data = yaml.safe_load(path.read_text())
-    if True in data:
-        data["on"] = data.pop(True)
-    return data
 
 
 def steps(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +187,7 @@ class TestDrift:
     def test_never_cancels_a_waiting_deploy(self):
         job = workflow("drift")["jobs"]["drift"]
         assert not job["concurrency"]["group"].startswith("pulumi-")
-        assert "AWS_PREVIEW_ROLE_ARN" in str(job["steps"])
+        assert "AWS_DRIFT_ROLE_ARN" in str(job["steps"])
 
 
 def test_the_setup_installs_the_cli_at_the_sdk_version_and_the_pack_its_own_venv():

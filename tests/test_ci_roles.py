@@ -1,0 +1,140 @@
+"""CI's AWS roles (issue 39): one per GitHub environment, trusted by that environment's OIDC subject
+alone, its state access limited to its own stack. The policies ship in .github/iam/ for users to
+create the roles from; these tests hold them to the workflows that assume them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.fakes.pulumi import ROOT
+from tests.workflow_files import load
+
+IAM = ROOT / ".github" / "iam"
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+OIDC = "token.actions.githubusercontent.com"
+
+
+def environments() -> dict[str, str]:
+    """Every GitHub environment a workflow job runs in (matrices expanded) -> the role secret it uses."""
+    found: dict[str, str] = {}
+    for path in WORKFLOWS:
+        for job in load(path)["jobs"].values():
+            if "environment" not in job:
+                continue
+            stacks = job.get("strategy", {}).get("matrix", {}).get("stack", [None])
+            (secret,) = set(re.findall(r"secrets\.(AWS_\w+_ROLE_ARN)", str(job)))
+            for stack in stacks:
+                name = job["environment"].replace("${{ matrix.stack }}", stack or "")
+                assert "${{" not in name, name
+                found[name] = secret
+    return found
+
+
+def trust(environment: str) -> dict[str, Any]:
+    return json.loads((IAM / "trust" / f"{environment}.json").read_text())
+
+
+def test_every_environment_a_workflow_runs_in_has_a_trust_policy_and_no_other():
+    shipped = {p.stem for p in (IAM / "trust").glob("*.json")}
+    assert shipped == set(environments())
+
+
+@pytest.mark.parametrize("environment", sorted(environments()))
+def test_each_role_trusts_its_own_environments_subject_exactly(environment: str):
+    """A job with `environment:` gets `repo:<o>/<r>:environment:<name>`; `:pull_request` or a branch
+    subject would never match, and a wildcard would let another environment's job in."""
+    (statement,) = trust(environment)["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert statement["Principal"] == {"Federated": f"arn:aws:iam::ACCOUNT_ID:oidc-provider/{OIDC}"}
+    assert statement["Condition"] == {
+        "StringEquals": {
+            f"{OIDC}:aud": "sts.amazonaws.com",
+            f"{OIDC}:sub": f"repo:OWNER/REPO:environment:{environment}",
+        }
+    }
+
+
+def test_the_pull_request_preview_runs_on_dev_only_with_its_own_role():
+    preview = load(ROOT / ".github" / "workflows" / "preview.yml")
+    assert set(preview["on"]) == {"pull_request"}
+    assert preview["jobs"]["preview"]["strategy"]["matrix"]["stack"] == ["dev"]
+    roles = environments()
+    assert roles["preview-dev"] == "AWS_PREVIEW_ROLE_ARN"
+    assert roles["drift-dev"] == roles["drift-prod"] == "AWS_DRIFT_ROLE_ARN"
+    assert roles["dev"] == roles["prod"] == "AWS_DEPLOY_ROLE_ARN"
+
+
+def test_no_role_of_a_pull_request_is_listed_in_another_stacks_file():
+    """The pull request's role has no access entry on prod's cluster (in the stack files as written,
+    examples in comments included)."""
+    for path in sorted(ROOT.glob("Pulumi.*.yaml")):
+        if path.name != "Pulumi.dev.yaml":
+            assert "ray-llm-eks-ci-preview-dev" not in path.read_text(), path.name
+
+
+def _statements(name: str) -> dict[str, dict[str, Any]]:
+    return {s["Sid"]: s for s in json.loads((IAM / name).read_text())["Statement"]}
+
+
+def _own(resources: list[str] | str) -> bool:
+    """Every resource is one of this stack's state objects (or the backend's metadata)."""
+    listed = [resources] if isinstance(resources, str) else resources
+    prefix = "arn:aws:s3:::STATE_BUCKET/.pulumi/"
+    return all(
+        r == f"{prefix}meta.yaml"
+        or r.startswith(f"{prefix}stacks/ray-llm-eks/STACK.json")
+        or re.fullmatch(rf"{re.escape(prefix)}(locks/organization|history|backups)/ray-llm-eks/STACK/\*", r)
+        for r in listed
+    )
+
+
+@pytest.mark.parametrize("name", ["state-read.json", "state-write.json"])
+def test_a_role_reads_its_own_stacks_state_and_no_other_object(name: str):
+    statements = _statements(name)
+    for statement in statements.values():
+        if statement["Effect"] == "Allow" and statement["Action"] != "s3:ListBucket":
+            assert _own(statement["Resource"]), statement["Sid"]
+    deny = statements["NoOtherStacksState"]
+    assert deny["Effect"] == "Deny" and "s3:GetObject" in deny["Action"] and _own(deny["NotResource"])
+
+
+def test_a_read_only_role_writes_only_its_lock():
+    writes = [
+        s
+        for s in _statements("state-read.json").values()
+        if s["Effect"] == "Allow" and {"s3:PutObject", "s3:DeleteObject"} & set(s["Action"])
+    ]
+    assert [w["Resource"] for w in writes] == [
+        "arn:aws:s3:::STATE_BUCKET/.pulumi/locks/organization/ray-llm-eks/STACK/*"
+    ]
+
+
+def test_the_docs_table_names_every_shipped_policy():
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for path in (IAM / "trust").glob("*.json"):
+        environment = path.stem
+        if environment.startswith("drift-"):
+            assert "`trust/drift-<stack>.json`" in operations
+        elif environment in ("dev", "prod"):
+            assert "`trust/<stack>.json`" in operations
+        else:
+            assert f"`trust/{environment}.json`" in operations, environment
+    for name in ("state-read.json", "state-write.json"):
+        assert f"`{name}`" in operations
+
+
+def test_policy_files_are_json_without_leftover_placeholders_of_other_names():
+    for path in IAM.rglob("*.json"):
+        text = path.read_text()
+        json.loads(text)
+        assert set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) <= {
+            "ACCOUNT_ID",
+            "OWNER",
+            "REPO",
+            "STATE_BUCKET",
+            "STACK",
+        }, path
