@@ -324,20 +324,14 @@ OPERATOR_PODS = {"app": "kube-prometheus-stack-operator"}
 
 def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
     """No IMDS; no ingress but: within the namespace (Grafana to Prometheus, Prometheus to
-    Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server (its service proxy,
-    which `ops status` queries Prometheus through, and the operator's admission webhook), and the Ray
-    head's dashboard, which asks Prometheus and Grafana for its metrics tabs (`head_dashboard_env`)."""
+    Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server to the operator's
+    admission webhook, and the Ray head's dashboard, which asks Prometheus and Grafana for its metrics
+    tabs (`head_dashboard_env`). `ops status` and `ops dashboards` reach Prometheus by port-forward,
+    which enters the pod from the kubelet and needs no rule: nothing from the VPC reaches 9090."""
     return closed_namespace(
         MONITORING_NAMESPACE,
         [
             Allow.within("Grafana, Prometheus, Alertmanager, the operator"),
-            Allow(
-                "api-server",
-                "the service proxy to Prometheus (ops status)",
-                vpc(context.vpc_cidrs),
-                dict(PROMETHEUS_PODS),
-                (Port("prometheus", PROMETHEUS_PORT),),
-            ),
             Allow(
                 "api-server-webhook",
                 "admission calls to the operator's webhook, and no other pod",

@@ -82,7 +82,8 @@ class KubeApi(Protocol):
         self, query: str, prometheus: ServiceEndpoint | None = None
     ) -> list[dict[str, Any]] | None:
         """An instant query's result vector from the stack's Prometheus, or the one at `prometheus`
-        (through the API server's service proxy); None when no Prometheus answers there."""
+        (through a port-forward to a ready pod behind the Service, which no NetworkPolicy governs, so
+        Prometheus's port stays closed to the VPC); None when no Prometheus answers there."""
         ...
 
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]: ...
@@ -124,7 +125,7 @@ class ServiceEndpoint:
     """A Service reached through the API server's service proxy, so it needs no port-forward: where
     `verify` sends the OpenAI API requests (KubeRay's serve Service, or the endpoint's gateway Service,
     then the API key goes in `x-api-key`: the API server drops an `Authorization` header after
-    authenticating with it), or the Prometheus `status` asks."""
+    authenticating with it); or the Prometheus `status` asks, by port-forward to a pod behind it."""
 
     namespace: str
     service: str
@@ -153,6 +154,54 @@ class ConnectOptions:
     base_url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     """Sent with every OpenAI API request: the API key, in the header the route takes."""
+
+
+def forward_target(
+    service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], port: int
+) -> tuple[str, int] | None:
+    """(pod, container port) a port-forward to `service`'s `port` goes to, as `kubectl port-forward
+    svc/...` picks it: a ready pod the Service selects, and the port's `targetPort` (a number, a
+    container port's name, or the port itself when unset). None when no ready pod has it."""
+    (spec_port,) = [p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == port] or [
+        None
+    ]
+    if spec_port is None:
+        return None
+    target = spec_port.get("targetPort", port)
+    for pod in pods:
+        status = pod.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        if status.get("phase") != "Running" or not ready:
+            continue
+        if isinstance(target, int):
+            return pod["metadata"]["name"], target
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for declared in container.get("ports") or []:
+                if declared.get("name") == target:
+                    return pod["metadata"]["name"], declared["containerPort"]
+    return None
+
+
+def http_get_over(sock: Any, path: str, timeout: float = API_TIMEOUT_S) -> HttpResponse:
+    """GET `path` over a connected socket (a port-forward's) as HTTP/1.0, so the answer has no chunked
+    framing and ends when the server closes the connection."""
+    sock.settimeout(timeout)
+    sock.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: application/json\r\n\r\n".encode())
+    raw = b""
+    while chunk := sock.recv(65536):
+        raw += chunk
+    return parse_http_response(raw)
+
+
+def parse_http_response(raw: bytes) -> HttpResponse:
+    head, separator, body = raw.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if not separator or len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise OpsError(f"not an HTTP answer: {excerpt(raw.decode('utf-8', 'replace'))}")
+    return HttpResponse(int(parts[1]), body.decode("utf-8", "replace"))
 
 
 def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -378,14 +427,42 @@ class KubeClient:
     def prometheus_query(
         self, query: str, prometheus: ServiceEndpoint | None = None
     ) -> list[dict[str, Any]] | None:
-        path = (prometheus or stack_prometheus()).proxy_path("/api/v1/query", api="")
+        from kubernetes.stream import portforward
+
+        where = prometheus or stack_prometheus()
+        service = self.get_object("v1", "services", where.namespace, where.service)
+        if service is None:
+            return None
+        selector = ",".join(
+            f"{k}={v}" for k, v in ((service.get("spec") or {}).get("selector") or {}).items()
+        )
+        target = (
+            forward_target(service, self.list_pods(where.namespace, selector), where.port)
+            if selector
+            else None
+        )
+        if target is None:  # no selector (an external Service), or no ready Prometheus
+            return None
+        pod, port = target
+        path = "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        # `portforward` swaps the ApiClient's transport for a websocket during the call, so it gets its own.
+        core = type(self._core)(self._api)
         try:
-            response = self._raw(path, "GET", query_params=[("query", query)], _request_timeout=API_TIMEOUT_S)
-            answer = json.loads(response.data)
+            forward = portforward(
+                core.connect_get_namespaced_pod_portforward, pod, where.namespace, ports=str(port)
+            )
+            try:
+                response = http_get_over(forward.socket(port), path)
+            finally:
+                forward.close()
         except self._errors() as error:
-            if getattr(error, "status", None) in (404, 503):  # no such Service, or no ready Prometheus
-                return None
-            raise self._failure("cannot query Prometheus", error) from None
+            what = f"cannot query Prometheus through a port-forward to {where.namespace}/{pod}"
+            raise self._failure(what, error) from None
+        try:
+            answer = json.loads(response.body)
+        except ValueError:
+            said = f"HTTP {response.status}: {excerpt(response.body)}"
+            raise OpsError(f"Prometheus ({where.namespace}/{pod}:{port}) answered {said}") from None
         if answer.get("status") != "success":
             raise OpsError(f"Prometheus refused a query: {answer.get('error', answer)}")
         return answer["data"]["result"]

@@ -339,17 +339,10 @@ class TestEveryNamespaceWeOwnDeniesIngress:
             "podSelector": {"matchLabels": RAY_HEAD},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "inference"}},
         }
-        prometheus = {
-            "matchLabels": {
-                "app.kubernetes.io/name": "prometheus",
-                "app.kubernetes.io/managed-by": "prometheus-operator",
-            }
-        }
-        # Issue 39: from the VPC (the API server), Prometheus's port to Prometheus only, the webhook's to
-        # the operator only: no other pod of the namespace is open to the VPC.
+        # Issue 39: from the VPC (the API server) the webhook's port to the operator only; Prometheus's
+        # 9090 to nobody outside the namespace but the Ray dashboard (`ops status` port-forwards).
         assert ingress_allowed(dev_stack, "monitoring") == {
             "allow-within": ({}, [{"podSelector": {}}], []),
-            "allow-api-server": (prometheus, [vpc], [9090]),
             "allow-api-server-webhook": (
                 {"matchLabels": {"app": "kube-prometheus-stack-operator"}},
                 [vpc],
