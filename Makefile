@@ -31,10 +31,11 @@ destroy:       ## tear everything down, RayService first
 
 venv: $(VENV)  ## the project's Python: .venv with the program's dependencies (what `pulumi up` makes)
 
-$(VENV): requirements.txt
-	@echo "make: installing requirements.txt into .venv (a minute, once)" >&2
+# The deploy's exact set: requirements.lock, every package pinned with its hashes (what CI tests).
+$(VENV): requirements.lock
+	@echo "make: installing requirements.lock into .venv (a minute, once)" >&2
 	@python3 -m venv .venv
-	@$(PYTHON) -m pip install --quiet -r requirements.txt
+	@$(PYTHON) -m pip install --quiet --require-hashes -r requirements.lock
 	@touch $@
 
 $(DEV_VENV): $(VENV) requirements-dev.txt

@@ -220,6 +220,25 @@ def test_pip_itself_is_pinned():
     assert "pip" in _locked(ROOT / "requirements.lock")
 
 
+def test_make_and_ci_install_the_deploys_lock():
+    """Issue 39: `make up` runs the program from the same hash-locked set the deploy installs, and CI
+    tests it (the tools go on top)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("$(VENV): ", 1)[1].split("\n\n", 1)[0]
+    assert recipe.startswith("requirements.lock") and "--require-hashes -r requirements.lock" in recipe
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("--require-hashes -r requirements.lock") < ci.index("-r requirements-dev.txt")
+
+
+def test_the_programs_lock_and_the_policy_packs_agree_on_protobuf():
+    """The tests load the program and the policy pack in one venv; pulumi-policy pins protobuf ~=5.29,
+    so a program lock at another protobuf could not be installed beside it."""
+    assert (
+        _locked(ROOT / "requirements.lock")["protobuf"]
+        == _locked(ROOT / "policy" / "requirements.lock")["protobuf"]
+    )
+
+
 @pytest.mark.parametrize(
     ("lock", "wanted"),
     [("requirements.lock", "requirements.txt"), ("policy/requirements.lock", "policy/requirements.txt")],
