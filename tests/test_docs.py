@@ -4,7 +4,11 @@ is what CI runs."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,108 @@ def test_the_kv_path_the_docs_state_is_the_one_the_stacks_render():
     assert dev.kv_crossing.summary().endswith(
         design.split("prompt's KV (32 KiB a token")[1].split("crosses in ")[1].split(",")[0]
     )
+
+
+def make_help(target: str) -> str:
+    """The help line of a Makefile target (what `make` alone prints for it)."""
+    (line,) = re.findall(rf"^{target}:.*?## (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    return line
+
+
+def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRun):
+    """Each store the help line names as kept is kept by the dev stack's defaults, and the one it does not
+    name (the log group) is deleted; the load balancer Service goes first (its deletion waits on nothing
+    of the stack's Kubernetes objects but is waited on by the controller: tests/test_teardown.py)."""
+    help_line = make_help("destroy")
+    bucket = dev_stack.one("aws:s3/bucket:Bucket")
+    storage = dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass")
+    logs = dev_stack.one("aws:cloudwatch/logGroup:LogGroup")
+    kept = {
+        "stops at a non-empty model bucket": not bucket.inputs.get("forceDestroy"),
+        "Prometheus's volume": storage.inputs["reclaimPolicy"] == "Retain",
+        "KMS keys": all(k.retain_on_delete for k in dev_stack.of_type("aws:kms/key:Key")),
+        "log group": bool(logs.retain_on_delete),
+    }
+    assert {phrase for phrase in kept if phrase in help_line} == {p for p, k in kept.items() if k}, help_line
+    assert "its NLB first" in help_line
+
+
+class TestMakeDestroy:
+    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops."""
+
+    KEYS = ["arn:aws:kms:sa-east-1:123456789012:key/a", "arn:aws:kms:sa-east-1:123456789012:key/b"]
+
+    def destroy(self, tmp_path: Path, destroy_rc: int | None) -> subprocess.CompletedProcess[str]:
+        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc`; None: no CLI at all."""
+        fakes = tmp_path / "bin"
+        fakes.mkdir()
+        path = str(fakes)
+        if destroy_rc is not None:
+            fake = fakes / "pulumi"
+            fake.write_text(
+                "#!/bin/sh\n"
+                'case "$1 $2 $3" in\n'
+                f"  'stack output keptKeyArns') echo '{json.dumps(self.KEYS)}' ;;\n"
+                f"  destroy*) exit {destroy_rc} ;;\n"
+                "  *) exit 3 ;;\n"
+                "esac\n"
+            )
+            fake.chmod(0o755)
+            path = f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin"
+        make = shutil.which("make")
+        assert make, "make is not installed"
+        return subprocess.run(
+            [make, "--no-print-directory", "-C", str(ROOT), "destroy", "STACK=dev"],
+            env={"PATH": path, "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def test_after_destroy_it_prints_each_kept_key_with_the_command_that_deletes_it(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 0)
+        assert done.returncode == 0, done.stderr
+        for key in self.KEYS:
+            assert f"aws kms schedule-key-deletion --key-id {key} --pending-window-in-days 7" in done.stdout
+        assert "keepVolumeOnDestroy" in done.stdout
+
+    def test_when_destroy_stops_it_says_how_to_finish(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 255)
+        assert done.returncode == 2  # make's own status for a failed recipe
+        assert "modelCache.forceDestroy" in done.stderr and "--continue-on-error" in done.stderr
+        (stalls,) = re.findall(r'"(If a destroy stalls)"', done.stderr)
+        assert f"\n{stalls}:\n" in (ROOT / "docs" / "operations.md").read_text().split("## Teardown")[1]
+        assert all(key in done.stderr for key in self.KEYS)
+
+    def test_without_the_pulumi_cli_it_says_where_to_get_it(self, tmp_path: Path):
+        done = self.destroy(tmp_path, None)
+        assert done.returncode == 2
+        assert f"not on PATH; install it: {PULUMI_INSTALL_URL}" in done.stderr
+
+
+PULUMI_INSTALL_URL = "https://www.pulumi.com/docs/iac/download-install/"
+
+
+def test_one_pulumi_install_url_everywhere():
+    """README, docs/, the Makefile, `ops preflight` and the workflows send people to one page."""
+    places = [*DOCS, ROOT / "Makefile", *(ROOT / "ops").glob("*.py"), *(ROOT / ".github").rglob("*.yml")]
+    urls = {
+        u
+        for p in places
+        for u in re.findall(r"https://www\.pulumi\.com/docs/[\w/.-]*install[\w/-]*", p.read_text())
+    }
+    assert urls == {PULUMI_INSTALL_URL}
+
+
+def test_make_and_ci_share_the_venvs_stamps():
+    """What .ci/run installed, make does not install again (and the other way round): both stamp .venv
+    with a copy of the requirement file installed."""
+    makefile = (ROOT / "Makefile").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for variable, installed in (("VENV", "requirements.txt"), ("DEV_VENV", "requirements-dev.txt")):
+        (stamp,) = re.findall(rf"^{variable} := (\S+)$", makefile, flags=re.M)
+        assert f"cp {installed} {stamp}\n" in ci, (variable, stamp)
+        assert f"cmp -s {installed} {stamp}" in ci, (variable, stamp)
+        assert re.search(rf"^\$\({variable}\): .*\n(\t.*\n)*\t@cp {installed} \$@$", makefile, flags=re.M), (
+            variable
+        )
