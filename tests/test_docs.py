@@ -236,3 +236,20 @@ def test_make_and_ci_share_the_venvs_stamps():
         assert re.search(rf"^\$\({variable}\): .*\n(\t.*\n)*\t@cp {installed} \$@$", makefile, flags=re.M), (
             variable
         )
+
+
+def test_the_readmes_port_forward_reaches_devs_gateway_where_the_keys_are_checked(dev_stack: StackRun):
+    """A laptop cannot reach the internal NLB: the README forwards the load balancer Service's port (Envoy,
+    which checks the API keys), as dev renders it."""
+    readme = (ROOT / "README.md").read_text()
+    (namespace, service, port) = re.findall(
+        r"^kubectl port-forward -n (\S+) svc/(\S+) \d+:(\d+) ", readme, re.M
+    )[0]
+    assert f"{namespace}/{service}" == dev_stack.exports["loadBalancerService"]
+    (lb,) = [
+        r
+        for r in dev_stack.of_type("kubernetes:core/v1:Service")
+        if r.inputs["metadata"]["name"] == service and r.inputs["metadata"]["namespace"] == namespace
+    ]
+    assert [p["port"] for p in lb.inputs["spec"]["ports"]] == [int(port)]
+    assert lb.inputs["spec"]["type"] == "LoadBalancer"
