@@ -82,8 +82,9 @@ dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards 
 grafana: $(VENV)  ## open Grafana, Prometheus and the Ray dashboard on 127.0.0.1 (port-forwards until Ctrl-C)
 	@$(PYTHON) -m ops dashboards --stack $(STACK)
 
-docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success)
+docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success), and the docs' contents
 	@$(PYTHON) -m config.reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md || { rm -f docs/configuration.md.tmp; exit 1; }
+	@$(PYTHON) -m tests.doc_toc
 
 render: $(VENV)  ## print every Kubernetes object the stack applies itself, as YAML, offline (ARGS=--vpc-cidr ...)
 	@$(PYTHON) -m ops render --stack $(STACK) $(ARGS)

@@ -16,6 +16,7 @@ import yaml
 
 from config import versions
 from config.reference import reference
+from tests import doc_toc
 from tests.fakes.pulumi import ROOT, StackRun
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -253,3 +254,10 @@ def test_the_readmes_port_forward_reaches_devs_gateway_where_the_keys_are_checke
     ]
     assert [p["port"] for p in lb.inputs["spec"]["ports"]] == [int(port)]
     assert lb.inputs["spec"]["type"] == "LoadBalancer"
+
+
+@pytest.mark.parametrize("page", doc_toc.PAGES, ids=lambda p: p.name)
+def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
+    text = page.read_text()
+    assert text.count(doc_toc.BEGIN) == 1 and text.count(doc_toc.END) == 1, page.name
+    assert doc_toc.with_contents(text) == text, f"{page.name}: contents out of date: run `make docs`"
