@@ -132,6 +132,18 @@ def test_the_kv_path_the_docs_state_is_the_one_the_stacks_render():
     assert dev.kv_crossing.summary().endswith(
         design.split("prompt's KV (32 KiB a token")[1].split("crosses in ")[1].split(",")[0]
     )
+    # design.md's sentences on dev: its backends and buffers, and the wire and mechanism they give
+    flat = " ".join(design.split())
+    backends = f"[{', '.join(dev.kv_path.backends)}]"
+    buffers = {"cuda": "GPU", "cpu": "host"}[dev.kv_path.buffer_device]
+    assert (
+        f"So the dev stack runs the seed's configuration, `backends: {backends}` with {buffers} buffers"
+        in flat
+    )
+    assert "the KV cache crosses EFA on g6, by emulated reads" in flat and dev.kv_path.over_efa
+    assert f"kv_connector_extra_config: {{backends: {backends}}}" in flat
+    description = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["description"]
+    assert f"NIXL ({'+'.join(dev.kv_path.backends)} over EFA by default)" in description
 
 
 def make_help(target: str) -> str:
@@ -261,3 +273,74 @@ def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
     text = page.read_text()
     assert text.count(doc_toc.BEGIN) == 1 and text.count(doc_toc.END) == 1, page.name
     assert doc_toc.with_contents(text) == text, f"{page.name}: contents out of date: run `make docs`"
+
+
+def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: StackRun):
+    from planning.model_cache import default_bucket
+
+    pattern = default_bucket("<cluster>", "<account>", "<region>")
+    for page in ("operations.md", "configuration.md"):
+        assert f"`{pattern}`" in (ROOT / "docs" / page).read_text(), page
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{pattern}`, with the cluster's name cut to 24 characters" in operations
+    assert default_bucket("c" * 30, "1", "r").startswith("c" * 24 + "-models-")
+    bucket = dev_stack.one("aws:s3/bucket:Bucket").inputs["bucket"]
+    cluster = dev_stack.exports["clusterName"]
+    assert bucket == default_bucket(cluster, "123456789012", "sa-east-1")
+
+
+@pytest.mark.parametrize(
+    ("workflow", "phrases"),
+    [
+        ("preview", ["`pulumi preview` of {stacks} with the policy pack", "a preview of {stacks}"]),
+        (
+            "drift",
+            ["`pulumi preview --refresh --expect-no-changes` of {stacks}", "a refresh preview of {stacks}"],
+        ),
+    ],
+)
+def test_the_docs_name_the_stacks_each_workflow_runs_for(workflow: str, phrases: list[str]):
+    """operations.md's Delivery table and the README say which stacks a workflow's matrix holds: "each
+    stack" only where it holds every stack file CI deploys (the examples are deployed nowhere)."""
+    from tests.fakes.pulumi import STACK_FILES
+
+    document = yaml.safe_load((ROOT / ".github" / "workflows" / f"{workflow}.yml").read_text())
+    (job,) = document["jobs"].values()
+    matrix = job["strategy"]["matrix"]["stack"]
+    delivered = [s for s in STACK_FILES if not s.endswith(".example")]
+    stacks = "each stack" if sorted(matrix) == sorted(delivered) else " and ".join(matrix)
+    (row,) = [
+        line
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
+        if line.startswith(f"| `{workflow}.yml` |")
+    ]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for phrase, text in zip(phrases, (row, readme), strict=True):
+        assert phrase.format(stacks=stacks) in text, (workflow, phrase.format(stacks=stacks))
+
+
+def test_the_policy_packs_rules_are_counted_and_listed_as_the_pack_holds_them():
+    from policy.rules import POLICIES
+
+    words = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+    ]
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    (count, listed) = re.findall(
+        r"\(`policy/`, (\w+) mandatory rules: (.+?)\) runs in every preview", operations
+    )[0]
+    assert count == words[len(POLICIES)], f"the pack holds {len(POLICIES)} rules, operations.md says {count}"
+    assert len(listed.split(", ")) == len(POLICIES), listed
+    assert all(str(p.enforcement_level) == "EnforcementLevel.MANDATORY" for p in POLICIES)
