@@ -4,6 +4,7 @@ is what CI runs."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -344,3 +345,37 @@ def test_the_policy_packs_rules_are_counted_and_listed_as_the_pack_holds_them():
     assert count == words[len(POLICIES)], f"the pack holds {len(POLICIES)} rules, operations.md says {count}"
     assert len(listed.split(", ")) == len(POLICIES), listed
     assert all(str(p.enforcement_level) == "EnforcementLevel.MANDATORY" for p in POLICIES)
+
+
+def code_strings(*folders: str) -> list[str]:
+    """Every string literal of the Python in `folders`, an f-string's literal runs each on its own (the
+    words between its placeholders, implicit concatenation already joined)."""
+    found: list[str] = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    found.append(node.value)
+    return found
+
+
+def refusal_tables() -> list[list[str]]:
+    """The rows of operations.md's tables of refusals (condition | message | fix), as cells."""
+    rows: list[list[str]] = []
+    for table in (ROOT / "docs" / "operations.md").read_text().split("| condition | message | fix |\n")[1:]:
+        for line in table.split("\n\n", 1)[0].splitlines()[1:]:
+            rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_refusals_the_docs_quote_are_the_codes_messages():
+    """Both refusal tables (an existing cluster, a reservation): every quoted part of a message is words
+    the code writes (config/, planning/, world/), so a reworded message fails here until the table follows."""
+    rows = refusal_tables()
+    assert len(rows) >= 20, len(rows)
+    strings = code_strings("config", "planning", "world")
+    for condition, message, fix in rows:
+        quoted = re.findall(r'"([^"]+)"', message)
+        assert quoted and condition and fix, (condition, message)
+        for words in quoted:
+            assert any(words in s for s in strings), f"no message of the code says {words!r}"
