@@ -31,7 +31,7 @@ up: preflight $(POLICY_VENV)  ## create or update the stack, waiting until the m
 preview: preflight $(POLICY_VENV)  ## show what `up` would change, checked by the policy pack
 	@pulumi preview --stack $(STACK) --diff --policy-pack policy
 
-destroy:       ## delete the stack, its NLB first; stops at a non-empty model bucket, keeps the KMS keys and Prometheus's volume
+destroy:       ## delete the stack's resources, the NLB's Service first; stops at a non-empty model bucket, keeps the KMS keys and Prometheus's volume
 	@$(NEED_PULUMI)
 	@keys=$$(pulumi stack output keptKeyArns --stack $(STACK) --json) && keys=$$(printf '%s' "$$keys" | python3 -c 'import json, sys; print(*json.load(sys.stdin))') \
 	  || { keys=; echo "make: no keptKeyArns output read; \`pulumi stack output --stack $(STACK)\` names the stack's keys (secretsKeyArn, volumeKeyArn)" >&2; }; \

@@ -168,7 +168,7 @@ def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRu
         "log group": bool(logs.retain_on_delete),
     }
     assert {phrase for phrase in kept if phrase in help_line} == {p for p, k in kept.items() if k}, help_line
-    assert "its NLB first" in help_line
+    assert "the NLB's Service first" in help_line
 
 
 class TestMakeDestroy:
