@@ -155,8 +155,8 @@ def make_help(target: str) -> str:
 
 def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRun):
     """Each store the help line names as kept is kept by the dev stack's defaults, and the one it does not
-    name (the log group) is deleted; the load balancer Service goes first (its deletion waits on nothing
-    of the stack's Kubernetes objects but is waited on by the controller: tests/test_teardown.py)."""
+    name (the log group) is deleted. The load balancer Service goes first: it depends on the controller,
+    its IAM and the nodes it runs on, so destroy deletes it before them (tests/test_teardown.py)."""
     help_line = make_help("destroy")
     bucket = dev_stack.one("aws:s3/bucket:Bucket")
     storage = dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass")
