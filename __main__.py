@@ -321,6 +321,16 @@ def main(world: World | None = None) -> None:
     if cluster.secrets_key_arn is not None:
         pulumi.export("secretsKeyArn", cluster.secrets_key_arn)
     pulumi.export("volumeKeyArn", cluster.volume_key_arn)
+    # The keys the stack made, not one the stack file names: destroy keeps them, `make destroy` prints them.
+    made = [
+        arn
+        for arn, named in (
+            (cluster.secrets_key_arn, settings.cluster.secrets_kms_key_arn),
+            (cluster.volume_key_arn, settings.cluster.volume_kms_key_arn),
+        )
+        if arn is not None and not named
+    ]
+    pulumi.export("keptKeyArns", made)
     pulumi.export("namespace", ray_service.namespace)
     pulumi.export("serviceName", ray_service.service_name)
     pulumi.export(

@@ -77,7 +77,9 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
     findings: list[Finding] = []
     pulumi = _run(run, ["pulumi", "version"])
     if pulumi is None:
-        findings.append(Finding(False, "Pulumi CLI", "not on PATH: https://www.pulumi.com/docs/install/"))
+        findings.append(
+            Finding(False, "Pulumi CLI", "not on PATH: https://www.pulumi.com/docs/iac/download-install/")
+        )
     else:
         findings.append(
             Finding(pulumi.returncode == 0, "Pulumi CLI", _first_line(pulumi.stdout or pulumi.stderr))

@@ -4,7 +4,12 @@ is what CI runs."""
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,7 @@ import yaml
 
 from config import versions
 from config.reference import reference
+from tests import doc_toc
 from tests.fakes.pulumi import ROOT, StackRun
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -127,3 +133,249 @@ def test_the_kv_path_the_docs_state_is_the_one_the_stacks_render():
     assert dev.kv_crossing.summary().endswith(
         design.split("prompt's KV (32 KiB a token")[1].split("crosses in ")[1].split(",")[0]
     )
+    # design.md's sentences on dev: its backends and buffers, and the wire and mechanism they give
+    flat = " ".join(design.split())
+    backends = f"[{', '.join(dev.kv_path.backends)}]"
+    buffers = {"cuda": "GPU", "cpu": "host"}[dev.kv_path.buffer_device]
+    assert (
+        f"So the dev stack runs the seed's configuration, `backends: {backends}` with {buffers} buffers"
+        in flat
+    )
+    assert "the KV cache crosses EFA on g6, by emulated reads" in flat and dev.kv_path.over_efa
+    assert f"kv_connector_extra_config: {{backends: {backends}}}" in flat
+    description = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["description"]
+    assert f"NIXL ({'+'.join(dev.kv_path.backends)} over EFA by default)" in description
+
+
+def make_help(target: str) -> str:
+    """The help line of a Makefile target (what `make` alone prints for it)."""
+    (line,) = re.findall(rf"^{target}:.*?## (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    return line
+
+
+def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRun):
+    """Each store the help line names as kept is kept by the dev stack's defaults, and the one it does not
+    name (the log group) is deleted. The load balancer Service goes first: it depends on the controller,
+    its IAM and the nodes it runs on, so destroy deletes it before them (tests/test_teardown.py)."""
+    help_line = make_help("destroy")
+    bucket = dev_stack.one("aws:s3/bucket:Bucket")
+    storage = dev_stack.one("kubernetes:storage.k8s.io/v1:StorageClass")
+    logs = dev_stack.one("aws:cloudwatch/logGroup:LogGroup")
+    kept = {
+        "stops at a non-empty model bucket": not bucket.inputs.get("forceDestroy"),
+        "Prometheus's volume": storage.inputs["reclaimPolicy"] == "Retain",
+        "KMS keys": all(k.retain_on_delete for k in dev_stack.of_type("aws:kms/key:Key")),
+        "log group": bool(logs.retain_on_delete),
+    }
+    assert {phrase for phrase in kept if phrase in help_line} == {p for p, k in kept.items() if k}, help_line
+    assert "the NLB's Service first" in help_line
+
+
+class TestMakeDestroy:
+    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops."""
+
+    KEYS = ["arn:aws:kms:sa-east-1:123456789012:key/a", "arn:aws:kms:sa-east-1:123456789012:key/b"]
+
+    def destroy(self, tmp_path: Path, destroy_rc: int | None) -> subprocess.CompletedProcess[str]:
+        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc`; None: no CLI at all."""
+        fakes = tmp_path / "bin"
+        fakes.mkdir()
+        path = str(fakes)
+        if destroy_rc is not None:
+            fake = fakes / "pulumi"
+            fake.write_text(
+                "#!/bin/sh\n"
+                'case "$1 $2 $3" in\n'
+                f"  'stack output keptKeyArns') echo '{json.dumps(self.KEYS)}' ;;\n"
+                f"  destroy*) exit {destroy_rc} ;;\n"
+                "  *) exit 3 ;;\n"
+                "esac\n"
+            )
+            fake.chmod(0o755)
+            path = f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin"
+        make = shutil.which("make")
+        assert make, "make is not installed"
+        return subprocess.run(
+            [make, "--no-print-directory", "-C", str(ROOT), "destroy", "STACK=dev"],
+            env={"PATH": path, "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def test_after_destroy_it_prints_each_kept_key_with_the_command_that_deletes_it(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 0)
+        assert done.returncode == 0, done.stderr
+        for key in self.KEYS:
+            assert f"aws kms schedule-key-deletion --key-id {key} --pending-window-in-days 7" in done.stdout
+        assert "keepVolumeOnDestroy" in done.stdout
+
+    def test_when_destroy_stops_it_says_how_to_finish(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 255)
+        assert done.returncode == 2  # make's own status for a failed recipe
+        assert "modelCache.forceDestroy" in done.stderr and "--continue-on-error" in done.stderr
+        (stalls,) = re.findall(r'"(If a destroy stalls)"', done.stderr)
+        assert f"\n{stalls}:\n" in (ROOT / "docs" / "operations.md").read_text().split("## Teardown")[1]
+        assert all(key in done.stderr for key in self.KEYS)
+
+    def test_without_the_pulumi_cli_it_says_where_to_get_it(self, tmp_path: Path):
+        done = self.destroy(tmp_path, None)
+        assert done.returncode == 2
+        assert f"not on PATH; install it: {PULUMI_INSTALL_URL}" in done.stderr
+
+
+PULUMI_INSTALL_URL = "https://www.pulumi.com/docs/iac/download-install/"
+
+
+def test_one_pulumi_install_url_everywhere():
+    """README, docs/, the Makefile, `ops preflight` and the workflows send people to one page."""
+    places = [*DOCS, ROOT / "Makefile", *(ROOT / "ops").glob("*.py"), *(ROOT / ".github").rglob("*.yml")]
+    urls = {
+        u
+        for p in places
+        for u in re.findall(r"https://www\.pulumi\.com/docs/[\w/.-]*install[\w/-]*", p.read_text())
+    }
+    assert urls == {PULUMI_INSTALL_URL}
+
+
+def test_make_and_ci_share_the_venvs_stamps():
+    """What .ci/run installed, make does not install again (and the other way round): both stamp .venv
+    with a copy of the requirement file installed."""
+    makefile = (ROOT / "Makefile").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for variable, installed in (("VENV", "requirements.lock"), ("DEV_VENV", "requirements-dev.txt")):
+        (stamp,) = re.findall(rf"^{variable} := (\S+)$", makefile, flags=re.M)
+        assert f"cp {installed} {stamp}\n" in ci, (variable, stamp)
+        assert f"cmp -s {installed} {stamp}" in ci, (variable, stamp)
+        assert re.search(rf"^\$\({variable}\): .*\n(\t.*\n)*\t@cp {installed} \$@$", makefile, flags=re.M), (
+            variable
+        )
+
+
+def test_the_readmes_port_forward_reaches_devs_gateway_where_the_keys_are_checked(dev_stack: StackRun):
+    """A laptop cannot reach the internal NLB: the README forwards the load balancer Service's port (Envoy,
+    which checks the API keys), as dev renders it."""
+    readme = (ROOT / "README.md").read_text()
+    (namespace, service, port) = re.findall(
+        r"^kubectl port-forward -n (\S+) svc/(\S+) \d+:(\d+) ", readme, re.M
+    )[0]
+    assert f"{namespace}/{service}" == dev_stack.exports["loadBalancerService"]
+    (lb,) = [
+        r
+        for r in dev_stack.of_type("kubernetes:core/v1:Service")
+        if r.inputs["metadata"]["name"] == service and r.inputs["metadata"]["namespace"] == namespace
+    ]
+    assert [p["port"] for p in lb.inputs["spec"]["ports"]] == [int(port)]
+    assert lb.inputs["spec"]["type"] == "LoadBalancer"
+
+
+@pytest.mark.parametrize("page", doc_toc.PAGES, ids=lambda p: p.name)
+def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
+    text = page.read_text()
+    assert text.count(doc_toc.BEGIN) == 1 and text.count(doc_toc.END) == 1, page.name
+    assert doc_toc.with_contents(text) == text, f"{page.name}: contents out of date: run `make docs`"
+
+
+def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: StackRun):
+    from planning.model_cache import default_bucket
+
+    pattern = default_bucket("<cluster>", "<account>", "<region>")
+    for page in ("operations.md", "configuration.md"):
+        assert f"`{pattern}`" in (ROOT / "docs" / page).read_text(), page
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{pattern}`, with the cluster's name cut to 24 characters" in operations
+    assert default_bucket("c" * 30, "1", "r").startswith("c" * 24 + "-models-")
+    bucket = dev_stack.one("aws:s3/bucket:Bucket").inputs["bucket"]
+    cluster = dev_stack.exports["clusterName"]
+    assert bucket == default_bucket(cluster, "123456789012", "sa-east-1")
+
+
+@pytest.mark.parametrize(
+    ("workflow", "phrases"),
+    [
+        ("preview", ["`pulumi preview` of {stacks} with the policy pack", "a preview of {stacks}"]),
+        (
+            "drift",
+            ["`pulumi preview --refresh --expect-no-changes` of {stacks}", "a refresh preview of {stacks}"],
+        ),
+    ],
+)
+def test_the_docs_name_the_stacks_each_workflow_runs_for(workflow: str, phrases: list[str]):
+    """operations.md's Delivery table and the README say which stacks a workflow's matrix holds: "each
+    stack" only where it holds every stack file CI deploys (the examples are deployed nowhere)."""
+    from tests.fakes.pulumi import STACK_FILES
+
+    document = yaml.safe_load((ROOT / ".github" / "workflows" / f"{workflow}.yml").read_text())
+    (job,) = document["jobs"].values()
+    matrix = job["strategy"]["matrix"]["stack"]
+    delivered = [s for s in STACK_FILES if not s.endswith(".example")]
+    stacks = "each stack" if sorted(matrix) == sorted(delivered) else " and ".join(matrix)
+    (row,) = [
+        line
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
+        if line.startswith(f"| `{workflow}.yml` |")
+    ]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for phrase, text in zip(phrases, (row, readme), strict=True):
+        assert phrase.format(stacks=stacks) in text, (workflow, phrase.format(stacks=stacks))
+
+
+def test_the_policy_packs_rules_are_counted_and_listed_as_the_pack_holds_them():
+    from policy.rules import POLICIES
+
+    words = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+    ]
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    (count, listed) = re.findall(
+        r"\(`policy/`, (\w+) mandatory rules: (.+?)\) runs in every preview", operations
+    )[0]
+    assert count == words[len(POLICIES)], f"the pack holds {len(POLICIES)} rules, operations.md says {count}"
+    assert len(listed.split(", ")) == len(POLICIES), listed
+    assert all(str(p.enforcement_level) == "EnforcementLevel.MANDATORY" for p in POLICIES)
+
+
+def code_strings(*folders: str) -> list[str]:
+    """Every string literal of the Python in `folders`, an f-string's literal runs each on its own (the
+    words between its placeholders, implicit concatenation already joined)."""
+    found: list[str] = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    found.append(node.value)
+    return found
+
+
+def refusal_tables() -> list[list[str]]:
+    """The rows of operations.md's tables of refusals (condition | message | fix), as cells."""
+    rows: list[list[str]] = []
+    for table in (ROOT / "docs" / "operations.md").read_text().split("| condition | message | fix |\n")[1:]:
+        for line in table.split("\n\n", 1)[0].splitlines()[1:]:
+            rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_refusals_the_docs_quote_are_the_codes_messages():
+    """Both refusal tables (an existing cluster, a reservation): every quoted part of a message is words
+    the code writes (config/, planning/, world/), so a reworded message fails here until the table follows."""
+    rows = refusal_tables()
+    assert len(rows) >= 20, len(rows)
+    strings = code_strings("config", "planning", "world")
+    for condition, message, fix in rows:
+        quoted = re.findall(r'"([^"]+)"', message)
+        assert quoted and condition and fix, (condition, message)
+        for words in quoted:
+            assert any(words in s for s in strings), f"no message of the code says {words!r}"

@@ -7,6 +7,7 @@ product code imports the tests."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,13 @@ def test_the_program_only_composes():
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not imported & {"pulumi_aws", "subprocess", "kubernetes", "boto3"}
     assert "world" in imported
+
+
+def test_design_mds_layout_table_states_these_rules():
+    """docs/design.md, Layout: each folder's `imports` column is what ALLOWED holds (its own folder aside)."""
+    layout = (ROOT / "docs" / "design.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    stated = {
+        folder: set(re.findall(r"`(\w+)`", imports))
+        for folder, imports in re.findall(r"^\| `(\w+)/` \| .* \| ([^|]*) \|$", layout, flags=re.M)
+    }
+    assert {f: stated[f] for f in ALLOWED} == {f: ALLOWED[f] - {f} for f in ALLOWED}

@@ -1,7 +1,8 @@
 """The README's OpenAI client example, run as written: with the real `openai` package, against a
 local stand-in for the gateway that, like Envoy's api_key_auth filter, refuses a request unless its
 `Authorization: Bearer <key>` carries one of the stack's keys, and a stand-in `pulumi` that prints
-the stack's outputs. If the README's snippet, the output names or the key's form drift, this fails.
+the stack's keys. The stand-in listens where the README's port-forward puts the gateway, but on a free
+port. If the README's snippet, the output names, the key's form or the port-forward drift, this fails.
 """
 
 from __future__ import annotations
@@ -25,8 +26,15 @@ KEY = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL"
 WORDS = ["Hello", " from", " prefill", " and", " decode", "."]
 
 
+LOCAL = "http://127.0.0.1:8000/v1"
+"""Where the README's client connects: its port-forward's local port."""
+
+
 def readme_snippet() -> str:
-    (snippet,) = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    readme = (ROOT / "README.md").read_text()
+    (snippet,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    (forward,) = re.findall(r"^kubectl port-forward .* (\d+):\d+ ", readme, re.M)
+    assert f'base_url="{LOCAL}"' in snippet and LOCAL.startswith(f"http://127.0.0.1:{forward}/")
     return snippet
 
 
@@ -78,13 +86,13 @@ def gateway() -> Iterator[str]:
 
 
 def fake_pulumi(bin_dir: Path, outputs: dict[str, object]) -> None:
-    """A `pulumi` on PATH that answers `pulumi stack output --json --show-secrets` (every output)."""
+    """A `pulumi` on PATH that answers `pulumi stack output apiKeys --json --show-secrets`."""
     script = bin_dir / "pulumi"
     script.write_text(
         f"#!{sys.executable}\n"
         "import sys\n"
-        "assert sys.argv[1:] == ['stack', 'output', '--json', '--show-secrets'], sys.argv\n"
-        f"print({json.dumps(outputs)!r})\n"
+        "assert sys.argv[1:] == ['stack', 'output', 'apiKeys', '--json', '--show-secrets'], sys.argv\n"
+        f"print({json.dumps(outputs['apiKeys'])!r})\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
@@ -94,7 +102,7 @@ def run_snippet(tmp_path: Path, url: str, key: str) -> subprocess.CompletedProce
     environment = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
     environment.pop("OPENAI_BASE_URL", None)
     return subprocess.run(
-        [sys.executable, "-c", readme_snippet()],
+        [sys.executable, "-c", readme_snippet().replace(LOCAL, url)],
         env=environment,
         capture_output=True,
         text=True,

@@ -112,6 +112,8 @@ class TestKeysThatMustNotVanish:
         )
         assert {k.name for k in keys} == owned
         assert all(k.retain_on_delete and not k.protect for k in keys)
+        # what `make destroy` prints to delete afterwards: every key the stack made, and only those
+        assert sorted(arn.rsplit("/", 1)[1] for arn in run.exports["keptKeyArns"]) == sorted(owned)
 
     def test_the_vpc_records_which_keys_the_stack_uses(self, dev_stack):
         tags = dev_stack.one("aws:ec2/vpc:Vpc").inputs["tags"]
@@ -119,6 +121,9 @@ class TestKeysThatMustNotVanish:
         given = run_stack(overrides={"cluster": {"secretsKmsKeyArn": STACK_KEY_ARN}})
         assert given.one("aws:ec2/vpc:Vpc").inputs["tags"]["ray-llm-eks/secrets-key"] == STACK_KEY_ARN
         assert {k.name for k in given.of_type(KEY)} == {"cluster-volumes"}
+        # a key the stack file names is not one `make destroy` says to delete
+        assert given.exports["secretsKeyArn"] == STACK_KEY_ARN
+        assert given.exports["keptKeyArns"] == [given.exports["volumeKeyArn"]]
 
     @pytest.mark.parametrize(
         ("before", "after", "says"),

@@ -203,6 +203,7 @@ def promtool() -> str:
         (str(p) for p in (ROOT / ".cache" / "promtool").glob("usr/bin/promtool")), None
     )
     assert found, (
-        "promtool is not installed: .ci/run unpacks Debian's prometheus package into .cache/promtool"
+        "promtool is not installed: .ci/run unpacks Debian's prometheus package into .cache/promtool, "
+        "or put one on PATH (`brew install prometheus`, your distribution's prometheus package)"
     )
     return found
