@@ -29,7 +29,7 @@ from ray.serve.autoscaling_policy import _apply_autoscaling_config
 from ray.serve.config import AutoscalingConfig, AutoscalingContext, AutoscalingPolicy
 
 from jobs.llm_autoscaling import LlmScalingPolicy, decide, mean_prompt_tokens_query
-from tests.fakes.pulumi import ROOT, StackRun, run_stack
+from tests.fakes.pulumi import ROOT, STACKS, StackRun, run_stack
 from tests.validators import crd_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -288,11 +288,17 @@ class TestTheStack:
         }
         assert crd_errors(rendered) == [] and pod_errors(pod) == []
 
-    def test_sides_that_do_not_scale_change_nothing(self, dev_stack):
-        """Dev runs 1+1 fixed replicas: with `signal: llm` its serve config, head and plugins stay."""
-        run = run_stack(overrides={"autoscaling": {"signal": "llm"}})
-        assert serve_config(run) == serve_config(dev_stack)
-        assert head(run) == head(dev_stack)
-        assert set(run.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]) == {
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_sides_that_do_not_scale_change_nothing(self, stack):
+        """Every stack file runs fixed sides (dev 1+1): with `signal: llm` its serve config, head and
+        plugins stay as they are."""
+        default, llm = (
+            run_stack(stack=stack),
+            run_stack(stack=stack, overrides={"autoscaling": {"signal": "llm"}}),
+        )
+        assert serve_config(llm) == serve_config(default)
+        assert serve_errors(serve_config(llm)) == []
+        assert head(llm) == head(default)
+        assert set(llm.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]) == {
             "ray_node_cache.py"
         }
