@@ -129,7 +129,7 @@ class FakePrometheus:
 @pytest.fixture
 def prometheus(monkeypatch) -> Iterator[FakePrometheus]:
     fake = FakePrometheus()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     monkeypatch.setenv("RAY_PROMETHEUS_HOST", fake.url)
     monkeypatch.setenv("RAY_CLUSTER_NAME", "ray-llm-raycluster-abcde")
