@@ -1,7 +1,9 @@
 """The `autoscaling` section: capacity that follows load, and parking.
 
 Three layers move together. Ray Serve adds and removes prefill and decode replicas by the requests each
-replica holds (`targetOngoingRequests`); KubeRay's in-tree autoscaler adds and removes GPU worker pods
+replica holds (`targetOngoingRequests`), or with `signal: llm` by the engine's own figures through the
+stack's policy (jobs/llm_autoscaling.py): prefill by the prompt tokens it holds, decode by its KV-cache
+use; KubeRay's in-tree autoscaler adds and removes GPU worker pods
 for them; Cluster Autoscaler adds and removes GPU nodes for the pods, within `gpuNodes.minSize` and
 `gpuNodes.maxSize`, in the node group's one zone and placement group. `model.prefillReplicas` and
 `model.decodeReplicas` are each side's minimum.
@@ -13,7 +15,7 @@ stack is unparked, which `pulumi up` waits for as always.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -55,6 +57,15 @@ class SideScaling(StrictModel):
 class PrefillScaling(SideScaling):
     """Prefill runs each prompt once, compute-bound: a few prompts at a time per GPU."""
 
+    target_prompt_tokens: int = Field(
+        8192,
+        ge=1,
+        description="With `autoscaling.signal: llm`: prompt tokens per prefill replica the policy aims for, "
+        "counting every request the side holds (queued in Serve, waiting in or being prefilled by the "
+        "engine) at the mean prompt length vLLM reports. Above it a replica is added; the default is "
+        "today's 4 requests at 2048 tokens each.",
+    )
+
     target_ongoing_requests: float = Field(
         4, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
     )
@@ -65,6 +76,15 @@ class PrefillScaling(SideScaling):
 
 class DecodeScaling(SideScaling):
     """Decode streams many requests at once, bound by KV-cache memory."""
+
+    target_kv_cache_usage: float = Field(
+        0.7,
+        gt=0,
+        lt=1,
+        description="With `autoscaling.signal: llm`: the share of its KV cache each decode replica may fill "
+        "on average before the policy adds one (vLLM's `kv_cache_usage_perc`). Near 1, requests wait "
+        "for free blocks or are preempted before a new replica (minutes away) arrives.",
+    )
 
     target_ongoing_requests: float = Field(
         32, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
@@ -83,6 +103,23 @@ class AutoscalingConfig(StrictModel):
         "idle GPU nodes (needs `gpuNodes.minSize: 0`). The cluster, its state, the model cache and the "
         "endpoint stay; the endpoint answers 503 saying the model is parked. Set it back to false and "
         "`up` to serve again.",
+    )
+    signal: Literal["requests", "llm"] = Field(
+        "requests",
+        description="What a side that may grow (`<side>.maxReplicas` above its minimum) scales on. "
+        "`requests`: Ray Serve's own policy, the requests each replica holds (`targetOngoingRequests`). "
+        "`llm`: the stack's policy (jobs/llm_autoscaling.py) on the engine's figures, read from the "
+        "stack's Prometheus (needs `observability.enabled`): prefill on the prompt tokens it holds "
+        "(`prefill.targetPromptTokens`), decode on KV-cache use (`decode.targetKvCacheUsage`). Delays, "
+        "bounds and nodes work as with `requests`.",
+    )
+    downscale_band: float = Field(
+        0.8,
+        gt=0,
+        lt=1,
+        description="With `signal: llm`: a side gives up replicas only while the ones left would each stay "
+        "below this share of the target, so removing one does not put the rest over it at once (adding "
+        "happens above the target).",
     )
     prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
     decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]

@@ -2,7 +2,8 @@
 
 Rows: latency per side (time to first token, inter-token latency), load per side (requests running and
 waiting, KV-cache usage), the KV cache crossing nodes (NIXL transfer latency, throughput, failures and
-expired requests), the GPUs (utilisation and memory per worker), and throughput.
+expired requests), the GPUs (utilisation and memory per worker), throughput, and scaling (what the
+autoscaling policy decided per side, what Serve aims for and what runs).
 
 vLLM's metrics (`ray_vllm_*`, vLLM 0.26 through Ray 2.58) carry `WorkerId` and `model_name` but not the
 Serve deployment, and both sides serve the same model, so "per side" joins on `WorkerId` to a Serve
@@ -111,6 +112,31 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
         "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
         "panels": [],
     }
+
+
+SIDES = f'{CLUSTER}, deployment=~"(Prefill|Decode):.*"'
+
+
+def scaling_description(settings: Settings) -> str:
+    scaling = settings.autoscaling
+    if scaling.signal == "llm":
+        how = (
+            "The stack's policy (autoscaling.signal: llm) decides: prefill on the prompt tokens it holds, "
+            f"{scaling.prefill.target_prompt_tokens} per replica; decode on KV-cache use, "
+            f"{scaling.decode.target_kv_cache_usage:.0%} per replica; fewer only below "
+            f"{scaling.downscale_band:.0%} of that."
+        )
+    else:
+        how = (
+            "Ray Serve's policy decides on requests per replica (autoscaling.signal: requests): "
+            f"prefill {scaling.prefill.target_ongoing_requests:g}, "
+            f"decode {scaling.decode.target_ongoing_requests:g}."
+        )
+    return (
+        f"{how} `decided` is the policy's answer before Serve's bounds; `target` what Serve then aims for "
+        f"after the delays ({scaling.upscale_delay_seconds:g} s up, {scaling.downscale_delay_seconds:g} s "
+        "down); `healthy` what runs. A side that does not scale shows its fixed target only."
+    )
 
 
 def panels(settings: Settings) -> list[dict[str, Any]]:
@@ -261,6 +287,30 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             12,
             37,
             "6 is RUNNING; 5 DEPLOYING, 2 UNHEALTHY, 1 DEPLOY_FAILED.",
+        ),
+        _row(17, "Scaling", 45),
+        _panel(
+            18,
+            "Replicas per side: decided, target, healthy",
+            [
+                (
+                    f"max by (deployment) (ray_serve_autoscaling_desired_replicas{{{SIDES}}})",
+                    "decided {{deployment}}",
+                ),
+                (
+                    f"max by (deployment) (ray_serve_autoscaling_target_replicas{{{SIDES}}})",
+                    "target {{deployment}}",
+                ),
+                (
+                    f"sum by (deployment) (ray_serve_deployment_replica_healthy{{{SIDES}}})",
+                    "healthy {{deployment}}",
+                ),
+            ],
+            "short",
+            0,
+            46,
+            scaling_description(settings),
+            width=24,
         ),
     ]
 

@@ -53,7 +53,7 @@ from manifests.observability import head_dashboard_env, head_metrics_ports
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
-from manifests.serve_app import build_serve_config
+from manifests.serve_app import LLM_POLICY, build_serve_config
 from planning import Plan
 from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
@@ -63,7 +63,8 @@ HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "token"
 MODEL_CACHE_PATH = "/data/huggingface"
 RAY_PLUGINS = "ray-llm-plugins"
-"""ConfigMap with jobs/ray_node_cache.py, mounted on the Ray pods' PYTHONPATH."""
+"""ConfigMap with jobs/ray_node_cache.py (and jobs/llm_autoscaling.py where a side scales on it), mounted
+on the Ray pods' PYTHONPATH."""
 RAY_PLUGINS_PATH = "/opt/ray-llm-eks"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 RAY_WORKER_IDLE_SECONDS = 60
@@ -201,6 +202,17 @@ def serving_namespace_labels() -> dict[str, str]:
     return pod_security_labels("privileged", audit="baseline")
 
 
+def llm_policy_shipped(settings: Settings, plan: Plan) -> bool:
+    """Whether a side scales through jobs/llm_autoscaling.py: Ray imports it where it builds the app,
+    which may be the head, so the head mounts the plugins too (only then: its pod stays as it was)."""
+    return settings.autoscaling.signal == "llm" and plan.ray_autoscaling
+
+
+def plugin_files(settings: Settings, plan: Plan) -> dict[str, str]:
+    modules = ["ray_node_cache", *([LLM_POLICY.split(":")[0]] if llm_policy_shipped(settings, plan) else [])]
+    return {f"{m}.py": (JOBS / f"{m}.py").read_text() for m in modules}
+
+
 def serve_service_name(rayservice_name: str) -> str:
     """The Service KubeRay creates in front of the serve application (port 8000)."""
     return f"{rayservice_name}-serve-svc"
@@ -241,7 +253,7 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": RAY_PLUGINS, "namespace": settings.serving.namespace},
-            "data": {"ray_node_cache.py": (JOBS / "ray_node_cache.py").read_text()},
+            "data": plugin_files(settings, plan),
         },
         service_accounts=service_accounts(settings),
         model_copy=model_copy_job(
@@ -264,6 +276,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     tp = model.tensor_parallel_size
     head = serving.head
     where = placement(settings)
+    head_plugins = llm_policy_shipped(settings, plan)
 
     head_pod = PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
@@ -285,7 +298,11 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                             head_dashboard_env(plan.cluster) if settings.observability.enabled else {}
                         ).items()
                     ),
+                    *([EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH)] if head_plugins else []),
                 ],
+                volume_mounts=[VolumeMount(name="plugins", mount_path=RAY_PLUGINS_PATH)]
+                if head_plugins
+                else None,
                 resources=ResourceRequirements(
                     requests={"cpu": head.cpu_request, "memory": head.memory_request},
                     limits={"cpu": head.cpu_limit, "memory": head.memory_limit},
@@ -297,6 +314,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 lifecycle=_ray_stop(),
             )
         ],
+        volumes=[Volume(name="plugins", config_map=ConfigMapVolumeSource(name=RAY_PLUGINS))]
+        if head_plugins
+        else None,
         # Only KubeRay's autoscaler (a sidecar here) talks to the Kubernetes API.
         automount_service_account_token=plan.ray_autoscaling,
         # The runtime's default seccomp profile: the head runs no GPU or EFA code.

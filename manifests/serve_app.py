@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from config.autoscaling import AutoscalingConfig as ScalingSettings
-from config.autoscaling import SideScaling
+from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
 from config.serving import ModelConfig
 from planning.kv_path import KvPath
@@ -67,14 +67,29 @@ class ModelLoadingConfig(ServeModel):
     model_source: CloudMirror | Annotated[str, StringConstraints(min_length=1)]
 
 
+class AutoscalingPolicy(ServeModel):
+    """A custom policy (ray.serve.config.AutoscalingPolicy): a class Ray builds with `policy_kwargs`."""
+
+    policy_function: str = Field(pattern=r"^[\w.]+:\w+$")
+    policy_kwargs: dict[str, str | float]
+
+
 class AutoscalingConfig(ServeModel):
-    """Ray Serve's autoscaling of one side (ray.serve.config.AutoscalingConfig)."""
+    """Ray Serve's autoscaling of one side (ray.serve.config.AutoscalingConfig): its own request-count
+    policy with a target, or the stack's `policy`, which Ray wraps in the same delays and bounds."""
 
     min_replicas: int = Field(ge=1)
     max_replicas: int = Field(ge=1)
-    target_ongoing_requests: float = Field(gt=0)
+    target_ongoing_requests: float | None = Field(None, gt=0)
     upscale_delay_s: float = Field(ge=0)
     downscale_delay_s: float = Field(ge=0)
+    policy: AutoscalingPolicy | None = None
+
+    @model_validator(mode="after")
+    def _a_target_or_a_policy(self) -> AutoscalingConfig:
+        if (self.target_ongoing_requests is None) == (self.policy is None):
+            raise ValueError("an autoscaling_config has target_ongoing_requests or a policy, exactly one")
+        return self
 
 
 class DeploymentConfig(ServeModel):
@@ -146,15 +161,37 @@ NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"
 """jobs/ray_node_cache.py, on the Ray pods' PYTHONPATH: skip the S3 download when the node has it."""
 
 
+LLM_POLICY = "llm_autoscaling:LlmScalingPolicy"
+"""jobs/llm_autoscaling.py, on the Ray pods' PYTHONPATH: a side's scaling on the engine's figures."""
+
+
+def llm_policy(side: SideScaling, scaling: ScalingSettings) -> AutoscalingPolicy | None:
+    """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use."""
+    if scaling.signal != "llm":
+        return None
+    if isinstance(side, PrefillScaling):
+        signal, target = "prompt_tokens", float(side.target_prompt_tokens)
+    elif isinstance(side, DecodeScaling):
+        signal, target = "kv_cache", side.target_kv_cache_usage
+    else:
+        return None
+    return AutoscalingPolicy(
+        policy_function=LLM_POLICY,
+        policy_kwargs={"signal": signal, "target": target, "band": scaling.downscale_band},
+    )
+
+
 def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
+    policy = llm_policy(side, scaling)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
             max_replicas=maximum,
-            target_ongoing_requests=side.target_ongoing_requests,
+            target_ongoing_requests=None if policy else side.target_ongoing_requests,
             upscale_delay_s=scaling.upscale_delay_seconds,
             downscale_delay_s=scaling.downscale_delay_seconds,
+            policy=policy,
         )
         if maximum > replicas
         else None

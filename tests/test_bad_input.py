@@ -217,6 +217,24 @@ CASES = [
         "autoscaling.prefill",
         "Serve never adds one",
     ),
+    (
+        "llm-signal-without-prometheus",
+        {"autoscaling": {"signal": "llm"}, "observability": {"enabled": False}},
+        "autoscaling.signal",
+        "observability.enabled is false",
+    ),
+    (
+        "kv-target-as-percent",
+        {"autoscaling": {"signal": "llm", "decode": {"targetKvCacheUsage": 70}}},
+        "autoscaling.decode.targetKvCacheUsage",
+        "less than 1",
+    ),
+    (
+        "signal-typo",
+        {"autoscaling": {"signal": "tokens"}},
+        "autoscaling.signal",
+        "'requests' or 'llm'",
+    ),
     # The mutation run's survivors.
     (
         "desired-above-max",

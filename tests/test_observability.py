@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from config import ConfigError, load_settings
+from jobs.llm_autoscaling import kv_cache_query, mean_prompt_tokens_query
 from manifests.observability import alert_rules, build_observability, pod_monitors
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_rayservice
@@ -420,6 +421,84 @@ def test_a_typo_in_a_metric_name_is_caught():
     }
     with pytest.raises(ValueError):
         promql_parser.parse("sum(rate(ray_vllm_num_requests_running[5m])")
+
+
+class TestTheLlmAutoscalingPolicysQueries:
+    """jobs/llm_autoscaling.py asks the stack's Prometheus; the dashboard shows what it decided."""
+
+    QUERIES = (
+        mean_prompt_tokens_query("ray-llm-a"),
+        mean_prompt_tokens_query(None),
+        kv_cache_query("ray-llm-a", "qwen", "Decode:qwen3_5-9b"),
+        kv_cache_query(None, None, "Decode:qwen3_5-9b"),
+    )
+
+    def test_they_parse_and_use_only_exported_metrics(self):
+        for query in self.QUERIES:
+            names = metric_names(query)
+            assert names and names <= EXPORTED, f"{query}: {sorted(names - EXPORTED)} are not exported"
+
+    def test_they_read_their_own_side_and_ray_cluster(self, tmp_path: Path):
+        """promtool evaluates them on series as Ray exports them: a decode and a prefill engine of this
+        Ray cluster, and a decode engine of another (a NewCluster upgrade's)."""
+
+        def engine(worker: str, cluster: str, deployment: str, kv: float) -> list[dict[str, str]]:
+            where = f'ray_io_cluster="{cluster}", WorkerId="{worker}"'
+            serve = f'{where}, application="qwen", deployment="{deployment}", replica="{worker}", route="/"'
+            return [
+                {"series": f"ray_vllm_kv_cache_usage_perc{{{where}}}", "values": f"{kv}x10"},
+                {"series": f"ray_serve_deployment_request_counter_total{{{serve}}}", "values": "1+1x10"},
+                {"series": f"ray_vllm_request_prompt_tokens_sum{{{where}}}", "values": "0+3000x10"},
+                {"series": f"ray_vllm_request_prompt_tokens_count{{{where}}}", "values": "0+1x10"},
+            ]
+
+        series = [
+            *engine("d1", "ray-llm-a", "Decode:qwen3_5-9b", 0.9),
+            *engine("d2", "ray-llm-a", "Decode:qwen3_5-9b", 0.5),
+            *engine("p1", "ray-llm-a", "Prefill:qwen3_5-9b", 0.3),
+            *engine("d3", "ray-llm-b", "Decode:qwen3_5-9b", 0.8),
+        ]
+        expected = (3000, 3000, 1.4, 2.2)
+        tests = [
+            {"expr": q, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": v}]}
+            for q, v in zip(self.QUERIES, expected, strict=True)
+        ]
+        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
+        (tmp_path / "tests.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "rule_files": ["rules.yaml"],
+                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+                }
+            )
+        )
+        result = subprocess.run(
+            [promtool(), "test", "rules", "tests.yaml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def test_the_pd_dashboard_shows_the_decisions_per_side(self):
+        scaling = {"signal": "llm", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}}
+        (panel,) = [
+            p
+            for p in _panels(pd_dashboard(settings(autoscaling=scaling))["panels"])
+            if p["title"].startswith("Replicas per side")
+        ]
+        assert set().union(*(metric_names(t["expr"]) for t in panel["targets"])) == {
+            "ray_serve_autoscaling_desired_replicas",
+            "ray_serve_autoscaling_target_replicas",
+            "ray_serve_deployment_replica_healthy",
+        }
+        assert all('deployment=~"(Prefill|Decode):.*"' in t["expr"] for t in panel["targets"])
+        assert "8192 per replica" in panel["description"] and "70% per replica" in panel["description"]
+        requests = pd_dashboard(settings())["panels"]
+        assert (
+            "requests per replica" in next(p for p in requests if p.get("id") == panel["id"])["description"]
+        )
 
 
 class TestAlertsWithPromtool:

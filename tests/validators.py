@@ -16,6 +16,7 @@ import functools
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +106,17 @@ def object_errors(obj: dict[str, Any]) -> list[str]:
 
 
 def serve_errors(serve_config: dict[str, Any]) -> list[str]:
-    """Ray's own pydantic models: the whole document, then each LLM side."""
+    """Ray's own pydantic models: the whole document, then each LLM side. A side's autoscaling policy is
+    imported as Ray imports it (ray.serve.config.AutoscalingPolicy), from jobs/ as the Ray pods'
+    PYTHONPATH holds it."""
     from pydantic import ValidationError
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
+
+    from tests.fakes.pulumi import ROOT
+
+    if str(ROOT / "jobs") not in sys.path:
+        sys.path.append(str(ROOT / "jobs"))
 
     problems: list[str] = []
     try:

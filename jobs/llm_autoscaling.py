@@ -1,0 +1,181 @@
+"""A Ray Serve autoscaling policy on the engine's own figures: prefill by the prompt tokens it holds,
+decode by the KV cache it fills (`autoscaling.signal: llm`).
+
+Ray 2.58 hands a custom policy an `AutoscalingContext` (ray/serve/config.py): Serve's request counts,
+the replica counts and bounds, and whatever the replicas report from a `record_autoscaling_stats`
+method. Ray Serve LLM's PD servers have no such method, and `build_pd_openai_app` fixes their classes,
+so vLLM's figures come from the stack's Prometheus instead (the Ray head's `RAY_PROMETHEUS_HOST`), for
+this Ray cluster only (`RAY_CLUSTER_NAME`, which KubeRay sets on every Ray pod):
+
+- prefill: Serve's requests for the side (queued in Serve, waiting in or run by the engine) times the
+  mean prompt length vLLM reports (`request_prompt_tokens`), against `target` tokens per replica;
+- decode: vLLM's `kv_cache_usage_perc` summed over the side's engines, against `target` per replica.
+
+`decide` is the whole decision and a pure function. Ray wraps the policy (`_apply_autoscaling_config`
+in ray/serve/autoscaling_policy.py) with the deployment's upscale and downscale delays and bounds; the
+band here is what keeps one removal from putting the rest over the target at once. Without a reading
+(Prometheus unreachable, no request served yet) the side keeps its replicas.
+
+Loaded by Ray as `llm_autoscaling:LlmScalingPolicy` (serveConfigV2's `autoscaling_config.policy`) from
+the ConfigMap on the Ray pods' PYTHONPATH, where the app is built; Ray then pickles it by value for the
+Serve controller on the head, which calls it every control loop. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ray.serve.config import AutoscalingContext
+
+logger = logging.getLogger("ray.serve")
+
+Signal = Literal["prompt_tokens", "kv_cache"]
+PROMETHEUS_ENV = "RAY_PROMETHEUS_HOST"
+CLUSTER_ENV = "RAY_CLUSTER_NAME"
+READING = "llm_reading"
+READ_AT = "llm_read_at"
+LOAD = "llm_load"
+WINDOW = "2m"
+
+
+def decide(load: float | None, target: float, current: int, minimum: int, maximum: int, band: float) -> int:
+    """The replicas a side needs for `load` (its signal summed over its replicas), `target` per replica.
+
+    Above the target on average: enough replicas for each to be at the target. Fewer only when each of
+    the fewer would stay at or below `band` x target (0 < band < 1). No reading: `current`. Always
+    within [minimum, maximum]."""
+    if load is None or load < 0 or math.isnan(load):
+        wanted = current
+    elif load > current * target:
+        wanted = math.ceil(load / target)
+    else:
+        fewer = math.ceil(load / (band * target))
+        wanted = fewer if fewer < current else current
+    return max(minimum, min(maximum, wanted))
+
+
+def _string(value: str) -> str:
+    return json.dumps(value)  # a PromQL double-quoted string is JSON's
+
+
+def mean_prompt_tokens_query(cluster: str | None) -> str:
+    """The mean prompt length of the requests the engines finished lately (both sides see every prompt)."""
+    where = f"{{ray_io_cluster={_string(cluster)}}}" if cluster else ""
+    return (
+        f"sum(rate(ray_vllm_request_prompt_tokens_sum{where}[{WINDOW}])) / "
+        f"sum(rate(ray_vllm_request_prompt_tokens_count{where}[{WINDOW}]))"
+    )
+
+
+def kv_cache_query(cluster: str | None, application: str | None, deployment: str) -> str:
+    """The side's KV-cache use summed over its engines. vLLM's series carry the replica's `WorkerId` but
+    not its deployment: Serve's request counter, from the same process, has both (as the PD dashboard)."""
+    labels = [f"ray_io_cluster={_string(cluster)}"] if cluster else []
+    where = ", ".join(labels)
+    side = ", ".join(
+        [
+            *labels,
+            *([f"application={_string(application)}"] if application else []),
+            f"deployment={_string(deployment)}",
+        ]
+    )
+    return (
+        f"sum(ray_vllm_kv_cache_usage_perc{{{where}}} * on (WorkerId) group_left (deployment) "
+        f"max by (WorkerId, deployment) (ray_serve_deployment_request_counter_total{{{side}}} * 0 + 1))"
+    )
+
+
+def ask_prometheus(url: str, query: str, timeout: float) -> float | None:
+    """An instant query's one value; None for no series, NaN, or any error."""
+    address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    try:
+        with urllib.request.urlopen(address, timeout=timeout) as response:
+            body = json.load(response)
+        result = body["data"]["result"]
+        value = float(result[0]["value"][1]) if result else None
+    except Exception as error:  # a policy that raises stops the deployment's autoscaling
+        logger.warning("llm autoscaling: Prometheus at %s did not answer: %s", url, error)
+        return None
+    return None if value is None or math.isnan(value) else value
+
+
+class LlmScalingPolicy:
+    """Ray instantiates it once per deployment with `policy_kwargs` and calls it with each context."""
+
+    def __init__(
+        self,
+        signal: Signal,
+        target: float,
+        band: float,
+        refresh_seconds: float = 15.0,
+        timeout_seconds: float = 1.0,
+    ) -> None:
+        if signal not in ("prompt_tokens", "kv_cache"):
+            raise ValueError(f"signal {signal!r} is not prompt_tokens or kv_cache")
+        self.signal = signal
+        self.target = target
+        self.band = band
+        self.refresh_seconds = refresh_seconds
+        self.timeout_seconds = timeout_seconds
+
+    def query(self, ctx: AutoscalingContext, cluster: str | None) -> str:
+        if self.signal == "prompt_tokens":
+            return mean_prompt_tokens_query(cluster)
+        return kv_cache_query(cluster, ctx.app_name, ctx.deployment_name)
+
+    def read(self, ctx: AutoscalingContext) -> float | None:
+        """The figure from Prometheus (the side's I/O; the controller's loop waits for it, so briefly)."""
+        url = os.environ.get(PROMETHEUS_ENV)
+        if not url:
+            logger.warning("llm autoscaling: %s is not set on the Ray head; holding replicas", PROMETHEUS_ENV)
+            return None
+        return ask_prometheus(url, self.query(ctx, os.environ.get(CLUSTER_ENV)), self.timeout_seconds)
+
+    def load(self, ctx: AutoscalingContext, reading: float | None) -> float | None:
+        if self.signal == "kv_cache":
+            return reading
+        requests = ctx.total_num_requests
+        if not requests:
+            return 0.0
+        return None if reading is None else requests * reading
+
+    def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
+        state = dict(ctx.policy_state)
+        now = ctx.current_time if ctx.current_time is not None else time.time()
+        if now - state.get(READ_AT, -math.inf) >= self.refresh_seconds:
+            reading = self.read(ctx)
+            state[READ_AT] = now
+            # A prompt length stays meaningful between bursts; a KV-cache reading does not.
+            if reading is not None or self.signal == "kv_cache":
+                state[READING] = reading
+        load = self.load(ctx, state.get(READING))
+        current = ctx.target_num_replicas
+        replicas = decide(
+            load,
+            self.target,
+            current,
+            ctx.capacity_adjusted_min_replicas,
+            ctx.capacity_adjusted_max_replicas,
+            self.band,
+        )
+        if replicas != current:
+            logger.info(
+                "llm autoscaling: %s %s %s -> %s replicas (%s %s, target %s per replica)",
+                ctx.deployment_name,
+                "up" if replicas > current else "down",
+                current,
+                replicas,
+                self.signal,
+                load,
+                self.target,
+            )
+        state[LOAD] = load
+        return replicas, state

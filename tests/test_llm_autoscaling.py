@@ -1,0 +1,304 @@
+"""Capacity that follows LLM signals (`autoscaling.signal: llm`): the policy in jobs/llm_autoscaling.py, the
+serve config that names it, and how it reaches the Ray head.
+
+Silent failures these guard against: a policy that flaps (adds a replica, removes it, adds it), leaves its
+bounds, scales down on a missing reading, or scales a parked (zero) side up on nothing; a serve config
+Ray refuses or whose policy it cannot import where it builds the app (the head); a policy that only
+works while its module is importable in the Serve controller (Ray pickles it by value); queries on
+metric names nothing exports, or that mix prefill's and decode's engines; and a default stack whose
+serve config or head changed although it scales on requests. Its queries and the dashboard's scaling
+panel are checked with the others in tests/test_observability.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+from ray.serve._private.autoscaling_state import _resolve_policy_callable
+from ray.serve._private.common import DeploymentID
+from ray.serve.autoscaling_policy import _apply_autoscaling_config
+from ray.serve.config import AutoscalingConfig, AutoscalingContext, AutoscalingPolicy
+
+from jobs.llm_autoscaling import LlmScalingPolicy, decide, mean_prompt_tokens_query
+from tests.fakes.pulumi import ROOT, STACKS, StackRun, run_stack
+from tests.validators import crd_errors, pod_errors, serve_errors
+
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+LLM = {
+    "autoscaling": {"signal": "llm", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}},
+    "gpuNodes": {"minSize": 0, "desiredSize": 2, "maxSize": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def llm_stack() -> StackRun:
+    return run_stack(overrides=LLM)
+
+
+def serve_config(run: StackRun) -> dict[str, Any]:
+    return yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])
+
+
+def autoscaling_config(run: StackRun, side: str) -> dict[str, Any]:
+    return serve_config(run)["applications"][0]["args"][f"{side}_config"]["deployment_config"][
+        "autoscaling_config"
+    ]
+
+
+def head(run: StackRun) -> dict[str, Any]:
+    return run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+
+
+class TestDecision:
+    """`decide`: the replicas for a load (the signal summed over the side), a target per replica."""
+
+    @pytest.mark.parametrize(
+        ("load", "current", "expected"),
+        [
+            (2.1, 2, 3),  # above the target on average: enough for each to be at it
+            (6.5, 2, 4),  # far above: all at once (Ray's upscale delay paces it)
+            (2.0, 2, 2),  # at the target: hold
+            (1.7, 2, 2),  # one fewer would each carry 1.7 > band 0.8: hold
+            (1.9, 3, 3),  # below the target, but two would each carry 0.95 > band 0.8: hold
+            (1.6, 3, 2),  # two would each carry 0.8 = band: one fewer
+            (0.1, 3, 1),  # nearly idle: down to the fewest that stay within the band
+        ],
+    )
+    def test_targets_and_the_band(self, load, current, expected):
+        assert decide(load, 1.0, current, 1, 4, 0.8) == expected
+
+    def test_a_decision_does_not_undo_itself(self):
+        """After going down, the same load keeps the new count; it takes more than the target to go up."""
+        down = decide(1.6, 1.0, 3, 1, 4, 0.8)
+        assert decide(1.6, 1.0, down, 1, 4, 0.8) == down == 2
+        assert decide(2.0, 1.0, down, 1, 4, 0.8) == 2 and decide(2.01, 1.0, down, 1, 4, 0.8) == 3
+
+    def test_bounds(self):
+        assert decide(100.0, 1.0, 2, 1, 4, 0.8) == 4
+        assert decide(0.0, 1.0, 2, 2, 4, 0.8) == 2
+        assert decide(None, 1.0, 7, 1, 4, 0.8) == 4  # Serve lowered the maximum under a held count
+
+    @pytest.mark.parametrize("reading", [None, float("nan"), -1.0])
+    def test_no_reading_holds(self, reading):
+        assert decide(reading, 1.0, 3, 1, 4, 0.8) == 3
+
+    def test_a_parked_side_stays_at_zero_until_there_is_work(self):
+        assert decide(0.0, 8192.0, 0, 0, 4, 0.8) == 0
+        assert decide(None, 8192.0, 0, 0, 4, 0.8) == 0
+        assert decide(10000.0, 8192.0, 0, 0, 4, 0.8) == 2
+
+    def test_prompt_tokens_scale_like_their_target(self):
+        """Prefill's default: 8192 tokens per replica, 4 requests of 2048 (today's request target)."""
+        assert decide(9 * 2048.0, 8192.0, 2, 1, 4, 0.8) == 3
+        assert decide(4 * 2048.0, 8192.0, 2, 1, 4, 0.8) == 2  # one would carry 8192 > band: hold
+
+
+class FakePrometheus:
+    def __init__(self) -> None:
+        self.value: str | None = "0"
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                assert url.path == "/api/v1/query"
+                fake.queries.append(parse_qs(url.query)["query"][0])
+                result = [] if fake.value is None else [{"metric": {}, "value": [time.time(), fake.value]}]
+                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
+@pytest.fixture
+def prometheus(monkeypatch) -> Iterator[FakePrometheus]:
+    fake = FakePrometheus()
+    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    monkeypatch.setenv("RAY_PROMETHEUS_HOST", fake.url)
+    monkeypatch.setenv("RAY_CLUSTER_NAME", "ray-llm-raycluster-abcde")
+    yield fake
+    fake.server.shutdown()
+
+
+def as_the_controller_gets_it(config: dict[str, Any], monkeypatch) -> tuple[AutoscalingConfig, Any]:
+    """Ray's own path: the app build imports and pickles the policy by value; the Serve controller, where
+    the module need not be importable, unpickles it, builds it with `policy_kwargs` and wraps it in the
+    deployment's delays (ray/serve/_private/autoscaling_state.py `register`)."""
+    monkeypatch.syspath_prepend(str(ROOT / "jobs"))  # as PYTHONPATH puts it on the Ray pods
+    built = AutoscalingConfig(**config)
+    serialized = built.policy.get_serialized_policy_def()
+    assert serialized
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.endswith("jobs")])
+    monkeypatch.delitem(sys.modules, "llm_autoscaling")
+    policy = AutoscalingPolicy.from_serialized_policy_def(
+        {"policy_function": built.policy.policy_function, "policy_kwargs": built.policy.policy_kwargs},
+        serialized,
+    )
+    callable_ = _resolve_policy_callable(policy)
+    assert "llm_autoscaling" not in sys.modules
+    return built, _apply_autoscaling_config(callable_)
+
+
+def context(
+    config: AutoscalingConfig,
+    deployment: str,
+    requests: float,
+    target: int,
+    state: dict[str, Any] | None = None,
+) -> AutoscalingContext:
+    return AutoscalingContext(
+        deployment_id=DeploymentID(name=deployment, app_name="qwen"),
+        deployment_name=deployment,
+        app_name="qwen",
+        current_num_replicas=target,
+        target_num_replicas=target,
+        running_replicas=[],
+        total_num_requests=requests,
+        total_queued_requests=0.0,
+        aggregated_metrics={},
+        raw_metrics={},
+        capacity_adjusted_min_replicas=config.min_replicas,
+        capacity_adjusted_max_replicas=config.max_replicas,
+        policy_state=state or {},
+        last_scale_up_time=None,
+        last_scale_down_time=None,
+        current_time=time.time(),
+        config=config,
+        total_pending_async_requests=0,
+    )
+
+
+class TestThePolicyInRay:
+    def test_decode_follows_kv_cache_use_through_rays_own_wrapper(self, llm_stack, prometheus, monkeypatch):
+        config = {**autoscaling_config(llm_stack, "decode"), "upscale_delay_s": 0, "downscale_delay_s": 0}
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        prometheus.value = "1.9"  # two engines at 95 %
+        replicas, state = policy(context(built, "Decode:qwen3_5-9b", 40, 2))
+        assert replicas == 3  # 1.9 / 0.7
+        (query,) = prometheus.queries
+        assert 'ray_io_cluster="ray-llm-raycluster-abcde"' in query
+        assert 'deployment="Decode:qwen3_5-9b"' in query and 'application="qwen"' in query
+        prometheus.value = "0.5"
+        replicas, _ = policy(context(built, "Decode:qwen3_5-9b", 5, 3, state))
+        assert replicas == 3 and len(prometheus.queries) == 1  # read again only after refresh_seconds
+        replicas, _ = policy(context(built, "Decode:qwen3_5-9b", 5, 3))
+        assert replicas == 1
+
+    def test_prefill_follows_the_prompt_tokens_it_holds(self, llm_stack, prometheus, monkeypatch):
+        config = {**autoscaling_config(llm_stack, "prefill"), "upscale_delay_s": 0}
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        prometheus.value = "3000"  # mean prompt length
+        replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 3, 1))
+        assert replicas == 2 and state["llm_load"] == 9000  # 3 requests x 3000 > 8192
+        assert prometheus.queries == [mean_prompt_tokens_query("ray-llm-raycluster-abcde")]
+        prometheus.value = None  # no request finished lately: the last prompt length still holds
+        state["llm_read_at"] = 0
+        assert policy(context(built, "Prefill:qwen3_5-9b", 3, 1, state))[0] == 2
+
+    def test_ray_keeps_its_upscale_delay(self, llm_stack, prometheus, monkeypatch):
+        built, policy = as_the_controller_gets_it(autoscaling_config(llm_stack, "decode"), monkeypatch)
+        prometheus.value = "1.9"
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 2  # 30 s must pass first
+
+    def test_without_prometheus_it_holds_and_never_raises(self, llm_stack, monkeypatch):
+        monkeypatch.setenv("RAY_PROMETHEUS_HOST", "http://127.0.0.1:9")  # nothing listens
+        built, policy = as_the_controller_gets_it(autoscaling_config(llm_stack, "decode"), monkeypatch)
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 2
+        monkeypatch.delenv("RAY_PROMETHEUS_HOST")
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 2
+
+    def test_a_signal_it_does_not_know_is_refused(self):
+        with pytest.raises(ValueError, match="is not prompt_tokens or kv_cache"):
+            LlmScalingPolicy(signal="tokens", target=1.0, band=0.8)  # type: ignore[arg-type]
+
+
+class TestTheStack:
+    def test_each_side_names_the_policy_with_its_target_and_rays_models_accept_it(self, llm_stack):
+        prefill, decode = autoscaling_config(llm_stack, "prefill"), autoscaling_config(llm_stack, "decode")
+        assert prefill == {
+            "min_replicas": 1,
+            "max_replicas": 2,
+            "upscale_delay_s": 30.0,
+            "downscale_delay_s": 600.0,
+            "policy": {
+                "policy_function": "llm_autoscaling:LlmScalingPolicy",
+                "policy_kwargs": {"signal": "prompt_tokens", "target": 8192.0, "band": 0.8},
+            },
+        }
+        assert decode["policy"]["policy_kwargs"] == {"signal": "kv_cache", "target": 0.7, "band": 0.8}
+        assert serve_errors(serve_config(llm_stack)) == []  # Ray 2.58's models, the policy imported
+
+    def test_rays_models_refuse_a_policy_that_cannot_be_imported(self, llm_stack):
+        config = serve_config(llm_stack)
+        side = config["applications"][0]["args"]["decode_config"]["deployment_config"]["autoscaling_config"]
+        side["policy"]["policy_function"] = "llm_autoscaling:NoSuchPolicy"
+        assert any("decode_config" in e for e in serve_errors(config))
+
+    def test_targets_follow_the_config(self):
+        run = run_stack(
+            overrides={
+                **LLM,
+                "autoscaling": {
+                    **LLM["autoscaling"],
+                    "downscaleBand": 0.6,
+                    "prefill": {"maxReplicas": 2, "targetPromptTokens": 4096},
+                    "decode": {"maxReplicas": 3, "targetKvCacheUsage": 0.5},
+                },
+            }
+        )
+        assert autoscaling_config(run, "prefill")["policy"]["policy_kwargs"]["target"] == 4096.0
+        assert autoscaling_config(run, "decode")["policy"]["policy_kwargs"] == {
+            "signal": "kv_cache",
+            "target": 0.5,
+            "band": 0.6,
+        }
+
+    def test_the_head_imports_the_policy_from_the_plugins_config_map(self, llm_stack):
+        pod = head(llm_stack)
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert env["PYTHONPATH"] == mounts["plugins"] == "/opt/ray-llm-eks"
+        assert env["RAY_PROMETHEUS_HOST"] == "http://kps-prometheus.monitoring.svc:9090"
+        plugins = llm_stack.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins")
+        assert volumes["plugins"]["configMap"]["name"] == plugins.inputs["metadata"]["name"]
+        assert (
+            plugins.inputs["data"]["llm_autoscaling.py"] == (ROOT / "jobs" / "llm_autoscaling.py").read_text()
+        )
+        rendered = {
+            k: llm_stack.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")
+        }
+        assert crd_errors(rendered) == [] and pod_errors(pod) == []
+
+    @pytest.mark.parametrize("stack", STACKS)
+    def test_sides_that_do_not_scale_change_nothing(self, stack):
+        """Every stack file runs fixed sides (dev 1+1): with `signal: llm` its serve config, head and
+        plugins stay as they are."""
+        default, llm = (
+            run_stack(stack=stack),
+            run_stack(stack=stack, overrides={"autoscaling": {"signal": "llm"}}),
+        )
+        assert serve_config(llm) == serve_config(default)
+        assert serve_errors(serve_config(llm)) == []
+        assert head(llm) == head(default)
+        assert set(llm.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]) == {
+            "ray_node_cache.py"
+        }
