@@ -252,7 +252,9 @@ class TestBrokenObjectsFail:
         kv = config["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["kv_transfer_config"]
         kv["kv_buffer_device"] = "gpu"
         kv["kv_buffer"] = "cpu"
+        kv["kv_load_failure_policy"] = "retry"
         errors = pd_rule_errors(config)
+        assert any("kv_load_failure_policy 'retry' is not recompute or fail" in e for e in errors)
         assert any("['kv_buffer'] are not vLLM 0.26 KVTransferConfig fields" in e for e in errors)
         assert any("kv_buffer_device 'gpu' is not cuda or cpu" in e for e in errors)
 

@@ -238,6 +238,10 @@ def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
                 )
             if kv.get("kv_buffer_device") not in ("cuda", "cpu"):
                 problems.append(f"{side}: kv_buffer_device {kv.get('kv_buffer_device')!r} is not cuda or cpu")
+            policy = kv.get("kv_load_failure_policy", "fail")
+            if policy not in ("recompute", "fail"):
+                # vLLM 0.26.0 vllm/config/kv_transfer.py:69, a Literal its dataclass enforces
+                problems.append(f"{side}: kv_load_failure_policy {policy!r} is not recompute or fail")
             backends = (kv.get("kv_connector_extra_config") or {}).get("backends") or []
             if not backends or not set(backends) <= {"LIBFABRIC", "UCX"}:
                 problems.append(f"{side}: NIXL backends {backends} are not LIBFABRIC and/or UCX")
