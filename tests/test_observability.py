@@ -404,12 +404,14 @@ def test_the_pd_dashboard_answers_the_pd_questions():
         "NIXL throughput",
         "NIXL failures",
         "GPU utilisation",
+        "Prefix cache hit rate",
+        "KV transfer failures and failed requests",
     ):
         assert any(t.startswith(needed) for t in titles), needed
     per_side = [
         p
         for p in _panels(dashboard["panels"])
-        if p.get("title", "").startswith(("Time to first", "Inter-token", "Requests running"))
+        if p.get("title", "").startswith(("Time to first", "Inter-token", "Requests running", "Prefix cache"))
     ]
     assert all("group_left (deployment)" in t["expr"] for p in per_side for t in p["targets"])
 
