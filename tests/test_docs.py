@@ -127,3 +127,18 @@ def test_the_kv_path_the_docs_state_is_the_one_the_stacks_render():
     assert dev.kv_crossing.summary().endswith(
         design.split("prompt's KV (32 KiB a token")[1].split("crosses in ")[1].split(",")[0]
     )
+
+
+def test_the_alerts_table_lists_every_alert_the_stack_renders():
+    from manifests.observability import alert_rules
+    from tests.fakes.pulumi import stack_settings
+
+    section = (
+        (ROOT / "docs" / "operations.md").read_text().split("## Observability", 1)[1].split("\n## ", 1)[0]
+    )
+    table = section.split("| alert | fires when | severity |", 1)[1].split("\n\n", 1)[0]
+    listed = dict(re.findall(r"^\| `(\w+)` \| .* \| (\w+) \|$", table, re.M))
+    rendered = {
+        r["alert"]: r["labels"]["severity"] for g in alert_rules(stack_settings("dev")) for r in g["rules"]
+    }
+    assert listed == rendered
