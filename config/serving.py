@@ -19,6 +19,7 @@ from config.base import (
     quantity_value,
     s3_bucket_problem,
 )
+from config.routing import KV_AWARE_REFUSED, PrefixRouterConfig, RequestRouter
 from config.versions import MIN_RAY_VERSION
 
 IMAGE_REFERENCE = (
@@ -137,6 +138,14 @@ class ServingConfig(StrictModel):
     )
     head: HeadConfig = Field(default_factory=HeadConfig)  # type: ignore[arg-type]
     worker: WorkerConfig = Field(default_factory=WorkerConfig)  # type: ignore[arg-type]
+    request_router: RequestRouter = Field(
+        "prefix",
+        description="How Serve picks a replica of each side. `prefix`: Ray Serve LLM's "
+        "PrefixCacheAffinityRouter (`prefixRouter`) on every side that may run more than one replica; a "
+        "side of one replica keeps Serve's default. `power-of-two`: Serve's default everywhere. "
+        '`kv-aware` (Ray\'s alpha KVAwareRouter) is refused: see docs/design.md, "Routing".',
+    )
+    prefix_router: PrefixRouterConfig = Field(default_factory=PrefixRouterConfig)  # type: ignore[arg-type]
 
     @field_validator("ray_version")
     @classmethod
@@ -147,6 +156,13 @@ class ServingConfig(StrictModel):
                 f"Ray {value} has no token authentication, which the stack turns on (KubeRay refuses "
                 "authOptions below Ray 2.52.0); use an image with Ray 2.52 or later"
             )
+        return value
+
+    @field_validator("request_router")
+    @classmethod
+    def _router_the_image_can_serve(cls, value: str) -> str:
+        if value == "kv-aware":
+            raise ValueError(KV_AWARE_REFUSED)
         return value
 
     @model_validator(mode="after")
@@ -218,6 +234,21 @@ class ModelConfig(StrictModel):
         description="NIXL transfer backends for the KV cache. Unset: LIBFABRIC, which moves the KV cache "
         "over EFA on every GPU type (planning/kv_path.py; the preview says by which mechanism and how "
         "fast). `[UCX]` moves it over TCP, on the pinned port range the worker policy opens.",
+    )
+    kv_load_failure_policy: Literal["recompute", "fail"] = Field(
+        "recompute",
+        description="What decode does with a request whose KV cache did not arrive (vLLM "
+        "`kv_load_failure_policy`): `recompute` computes the missing blocks itself (the answer comes, "
+        "later), `fail` ends the request with an error (HTTP 500). vLLM 0.26 applies neither to a "
+        'hybrid model such as the default\'s (docs/design.md, "KV failures").',
+    )
+    kv_lease_seconds: int = Field(
+        30,
+        ge=6,
+        le=3600,
+        description="How long prefill keeps a finished prompt's KV blocks for decode to read (NIXL "
+        "`kv_lease_duration`); decode renews the lease while the request waits, so blocks a dead "
+        "decode stranded are freed after it.",
     )
     kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
         "auto",

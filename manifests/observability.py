@@ -512,6 +512,28 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                     "or failed. Check the EFA device plugin and the workers' logs.",
                 ),
                 alert(
+                    "NixlTransfersKeepFailing",
+                    "sum by (ray_io_cluster, WorkerId) "
+                    "(increase(ray_vllm_nixl_num_failed_transfers_total[5m])) > 0",
+                    "10m",
+                    "critical",
+                    "KV transfers into worker {{ $labels.WorkerId }} have failed for 10 minutes",
+                    "Not a blip: decode may hold a stale NIXL agent of a prefill that restarted in "
+                    "place (vllm#49238), and every request it takes is recomputed or fails. Restart "
+                    'the decode replicas: docs/operations.md, "KV transfers keep failing".',
+                ),
+                alert(
+                    "KvLoadFailedRequests",
+                    "sum by (ray_io_cluster) "
+                    '(increase(ray_vllm_request_success_total{finished_reason="error"}[5m])) > 0',
+                    "0m",
+                    "warning",
+                    "vLLM ended requests with an error",
+                    "In the last 5 minutes; clients got HTTP 500. With model.kvLoadFailurePolicy fail, a "
+                    "KV cache that did not arrive ends its request this way; NixlTransferFailures says "
+                    "whether transfers failed too.",
+                ),
+                alert(
                     "NixlKvRequestsExpired",
                     "sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_kv_expired_reqs_total[5m])) > 0",
                     "0m",

@@ -34,6 +34,8 @@ NIXL_LATENCY = (
 NIXL_THROUGHPUT = f"sum(rate(ray_vllm_nixl_bytes_transferred_sum{NIXL}[$__rate_interval]))"
 NIXL_FAILED = f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{NIXL}[$__rate_interval]))"
 NIXL_EXPIRED = f"sum(increase(ray_vllm_nixl_num_kv_expired_reqs_total{NIXL}[$__rate_interval]))"
+NIXL_DONE = f"sum(increase(ray_vllm_nixl_xfer_time_seconds_count{NIXL}[$__rate_interval]))"
+"""Transfers that completed: vLLM 0.26 observes the histogram only for a read NIXL reports DONE."""
 
 
 def as_prometheus_query(expr: str, window: str = "5m") -> str:
@@ -61,6 +63,7 @@ def status_queries() -> dict[str, str]:
         "nixl_throughput": as_prometheus_query(NIXL_THROUGHPUT),
         "nixl_failures": as_prometheus_query(NIXL_FAILED),
         "nixl_expired": as_prometheus_query(NIXL_EXPIRED),
+        "nixl_done": as_prometheus_query(NIXL_DONE),
     }
     return queries
 
@@ -68,6 +71,22 @@ def status_queries() -> dict[str, str]:
 def per_side(selector: str) -> str:
     """A vLLM series (or a rate of one) with its side's deployment label."""
     return f"({selector}){SIDE}"
+
+
+def side_sum(increase: str, counter: str, matchers: str = "") -> str:
+    """A vLLM counter's `rate` or `increase` summed per side."""
+    return (
+        f"sum by (deployment) ({per_side(f'{increase}({counter}{{{CLUSTER}{matchers}}}[$__rate_interval])')})"
+    )
+
+
+PREFIX_HIT_RATE = (
+    f"{side_sum('rate', 'ray_vllm_prefix_cache_hits_total')} / "
+    f"{side_sum('rate', 'ray_vllm_prefix_cache_queries_total')}"
+)
+"""vLLM 0.26's prefix-cache counters (tokens queried and found: v1/metrics/loggers.py:584-601), per side."""
+FAILED_REQUESTS = side_sum("increase", "ray_vllm_request_success_total", ', finished_reason="error"')
+"""Requests vLLM ended with an error (a KV cache that did not arrive, with kvLoadFailurePolicy fail)."""
 
 
 def quantile(q: float, histogram: str, by: str = "deployment") -> str:
@@ -311,6 +330,37 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             46,
             scaling_description(settings),
             width=24,
+        ),
+        _row(19, "Routing and KV failures", 54),
+        _panel(
+            20,
+            "Prefix cache hit rate",
+            [(PREFIX_HIT_RATE, "{{deployment}}")],
+            "percentunit",
+            0,
+            55,
+            "Share of prompt tokens each side found in its own prefix cache, what prefix-affinity routing "
+            "raises (serving.requestRouter). On decode a hit is a block not pulled over NIXL.",
+        ),
+        _panel(
+            21,
+            "KV transfer failures and failed requests",
+            [
+                (
+                    f"sum by (WorkerId) (increase(ray_vllm_nixl_num_failed_transfers_total{NIXL}"
+                    "[$__rate_interval]))",
+                    "failed transfers into {{WorkerId}}",
+                ),
+                (
+                    FAILED_REQUESTS,
+                    "requests ended with an error, {{deployment}}",
+                ),
+            ],
+            "short",
+            12,
+            55,
+            "Failures that go on for minutes into one worker are a stale NIXL agent "
+            "(NixlTransfersKeepFailing); requests end with an error where model.kvLoadFailurePolicy is fail.",
         ),
     ]
 

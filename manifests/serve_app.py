@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from config.autoscaling import AutoscalingConfig as ScalingSettings
 from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
-from config.serving import ModelConfig
+from config.routing import PrefixRouterConfig
+from config.serving import ModelConfig, ServingConfig
 from planning.kv_path import KvPath
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -31,6 +32,9 @@ class ServeModel(BaseModel):
 
 class NixlExtraConfig(ServeModel):
     backends: list[Literal["LIBFABRIC", "UCX"]] = Field(min_length=1)
+    kv_lease_duration: int = Field(ge=1)
+    """vLLM 0.26 NixlConnector: seconds prefill keeps a finished prompt's blocks for decode, renewed by
+    decode's heartbeats (nixl/base_scheduler.py, base_worker.py)."""
 
 
 class KvTransferConfig(ServeModel):
@@ -40,6 +44,7 @@ class KvTransferConfig(ServeModel):
     """vLLM 0.26 KVTransferConfig: where the connector keeps what NIXL sends (planning/kv_path.py)."""
     engine_id: str = Field(min_length=1, description="Distinct per side: prefill, decode.")
     kv_connector_extra_config: NixlExtraConfig
+    kv_load_failure_policy: Literal["recompute", "fail"]
 
 
 class EngineKwargs(ServeModel):
@@ -92,6 +97,27 @@ class AutoscalingConfig(ServeModel):
         return self
 
 
+PREFIX_ROUTER = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+
+
+class PrefixRouterKwargs(ServeModel):
+    """PrefixCacheAffinityRouter.initialize_state's arguments (prefix_aware_router.py)."""
+
+    imbalanced_threshold: float | None = Field(None, gt=0)
+    match_rate_threshold: float = Field(ge=0, le=1)
+    do_eviction: Literal[True] = True
+    eviction_threshold_chars: int = Field(gt=0)
+    eviction_target_chars: int = Field(gt=0)
+    eviction_interval_secs: int = Field(ge=1)
+
+
+class RequestRouterConfig(ServeModel):
+    """ray.serve.config.RequestRouterConfig: the router every handle to this deployment uses."""
+
+    request_router_class: Literal["ray.serve.llm.request_router.PrefixCacheAffinityRouter"] = PREFIX_ROUTER
+    request_router_kwargs: PrefixRouterKwargs
+
+
 class DeploymentConfig(ServeModel):
     """A fixed `num_replicas`, or an `autoscaling_config`; always explicit request limits, which Ray
     Serve LLM would otherwise set to 1e9 (no replica ever looks busy, so nothing scales)."""
@@ -100,6 +126,7 @@ class DeploymentConfig(ServeModel):
     autoscaling_config: AutoscalingConfig | None = None
     max_ongoing_requests: int = Field(ge=1)
     graceful_shutdown_timeout_s: float = Field(ge=0)
+    request_router_config: RequestRouterConfig | None = None
 
     @model_validator(mode="after")
     def _one_way_to_size(self) -> DeploymentConfig:
@@ -205,6 +232,29 @@ def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> D
     )
 
 
+def routed(deployment: DeploymentConfig, serving: ServingConfig | None) -> DeploymentConfig:
+    """The side with Ray Serve LLM's prefix-affinity router where it can choose: with one replica
+    there is nothing to choose, and the router would only add its prefix-tree actor and two actor
+    calls to every request (docs/design.md, "Routing"), so that side keeps Serve's default."""
+    scaling = deployment.autoscaling_config
+    most = scaling.max_replicas if scaling else deployment.num_replicas or 1
+    if serving is None or serving.request_router != "prefix" or most < 2:
+        return deployment
+    return deployment.model_copy(update={"request_router_config": prefix_router(serving.prefix_router)})
+
+
+def prefix_router(settings: PrefixRouterConfig) -> RequestRouterConfig:
+    return RequestRouterConfig(
+        request_router_kwargs=PrefixRouterKwargs(
+            imbalanced_threshold=settings.imbalanced_threshold,
+            match_rate_threshold=settings.match_rate_threshold,
+            eviction_threshold_chars=settings.eviction_threshold_chars,
+            eviction_target_chars=settings.eviction_target_chars,
+            eviction_interval_secs=settings.eviction_interval_seconds,
+        )
+    )
+
+
 def _side(
     model: ModelConfig,
     source: str | CloudMirror,
@@ -226,7 +276,10 @@ def _side(
             kv_transfer_config=KvTransferConfig(
                 engine_id=engine_id,
                 kv_buffer_device=kv_path.buffer_device,
-                kv_connector_extra_config=NixlExtraConfig(backends=list(kv_path.backends)),
+                kv_connector_extra_config=NixlExtraConfig(
+                    backends=list(kv_path.backends), kv_lease_duration=model.kv_lease_seconds
+                ),
+                kv_load_failure_policy=model.kv_load_failure_policy,
             ),
             **model.extra_engine_kwargs,
         ),
@@ -240,6 +293,7 @@ def build_serve_config(
     kv_path: KvPath,
     s3_uri: str | None = None,
     scaling: ScalingSettings | None = None,
+    serving: ServingConfig | None = None,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
@@ -256,14 +310,14 @@ def build_serve_config(
                         model,
                         source,
                         "prefill",
-                        _deployment(model.prefill_replicas, scaling.prefill, scaling),
+                        routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving),
                         kv_path,
                     ),
                     decode_config=_side(
                         model,
                         source,
                         "decode",
-                        _deployment(model.decode_replicas, scaling.decode, scaling),
+                        routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving),
                         kv_path,
                     ),
                 ),

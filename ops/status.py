@@ -141,7 +141,14 @@ class ServingMetrics:
     latency: dict[str, dict[str, float]]
     """STATUS_QUERIES key -> Serve deployment (Prefill:..., Decode:...) -> seconds."""
     nixl: dict[str, float]
-    """nixl_latency (s), nixl_throughput (bytes/s), nixl_failures, nixl_expired."""
+    """nixl_latency (s), nixl_throughput (bytes/s), nixl_failures, nixl_expired, nixl_done."""
+
+    @property
+    def every_transfer_failed(self) -> bool:
+        """KV transfers failed and none completed: what decode does with a stale NIXL agent of a
+        prefill that restarted in place (vllm#49238), rather than one bad transfer among many."""
+        failed, done = self.nixl.get("nixl_failures") or 0, self.nixl.get("nixl_done") or 0
+        return failed >= 1 and not done >= 1
 
     def format(self) -> list[str]:
         lines = ["Serving metrics (Prometheus, last 5 minutes)"]
@@ -157,6 +164,11 @@ class ServingMetrics:
                 f"  NIXL: transfer {_seconds(n.get('nixl_latency'))}, "
                 f"{_rate(n.get('nixl_throughput'))}, {_count(n.get('nixl_failures'))} failed, "
                 f"{_count(n.get('nixl_expired'))} expired KV requests"
+            )
+        if self.every_transfer_failed:
+            lines.append(
+                "  every KV transfer failed, none completed: decode may hold a stale NIXL agent of a "
+                'restarted prefill; docs/operations.md, "KV transfers keep failing"'
             )
         return lines
 

@@ -6,6 +6,10 @@ dashboard panel stays empty, an alert never fires.
   `vllm:<name>` becomes `ray_vllm_<name>` (vllm/v1/metrics/ray_wrappers.py sanitizes, Ray's exporter
   prefixes `ray_`), counters get `_total`, histograms `_bucket`, `_sum`, `_count`.
   Core: vllm/v1/metrics/loggers.py; NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py.
+  `request_success` counts finished requests by `finished_reason` (loggers.py:713-723, the strings of
+  vllm/v1/engine/__init__.py:30); a request decode ends because its KV cache did not arrive is `error`
+  (kv_load_failure_policy `fail`, v1/core/sched/scheduler.py:1868-1873). `nixl_num_failed_transfers`
+  counts each read that failed or could not start (nixl/base_worker.py:2139-2155, stats.py:52-54,213-219).
 - Ray 2.58.0 Serve: ray/serve/_private/application_state.py (`serve_application_status`),
   deployment_state.py (`serve_deployment_replica_healthy`, `serve_deployment_status`,
   `serve_autoscaling_target_replicas`), autoscaling_state.py (`serve_autoscaling_desired_replicas`, the
@@ -49,6 +53,9 @@ VLLM_COUNTERS = (
     "nixl_num_failed_notifications",
     "nixl_num_kv_expired_reqs",
 )
+
+VLLM_LABEL_VALUES = {"finished_reason": frozenset({"stop", "length", "abort", "error", "repetition"})}
+"""Label values vLLM 0.26.0 writes (vllm/v1/engine/__init__.py:30 FINISH_REASON_STRINGS)."""
 
 VLLM = (
     {m for name in VLLM_HISTOGRAMS for m in _histogram(f"ray_vllm_{name}")}

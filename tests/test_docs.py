@@ -379,3 +379,18 @@ def test_the_refusals_the_docs_quote_are_the_codes_messages():
         assert quoted and condition and fix, (condition, message)
         for words in quoted:
             assert any(words in s for s in strings), f"no message of the code says {words!r}"
+
+
+def test_the_alerts_table_lists_every_alert_the_stack_renders():
+    from manifests.observability import alert_rules
+    from tests.fakes.pulumi import stack_settings
+
+    section = (
+        (ROOT / "docs" / "operations.md").read_text().split("## Observability", 1)[1].split("\n## ", 1)[0]
+    )
+    table = section.split("| alert | fires when | severity |", 1)[1].split("\n\n", 1)[0]
+    listed = dict(re.findall(r"^\| `(\w+)` \| .* \| (\w+) \|$", table, re.M))
+    rendered = {
+        r["alert"]: r["labels"]["severity"] for g in alert_rules(stack_settings("dev")) for r in g["rules"]
+    }
+    assert listed == rendered

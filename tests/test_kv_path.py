@@ -111,7 +111,8 @@ class TestInTheStack:
             "kv_role": "kv_both",
             "engine_id": "prefill",
             "kv_buffer_device": "cuda",
-            "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+            "kv_connector_extra_config": {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
+            "kv_load_failure_policy": "recompute",
         }
         (path,) = [m for m in dev_stack.infos if m.startswith("KV cache path: ")]
         assert path.startswith("KV cache path: NIXL LIBFABRIC over EFA, buffers in GPU memory")
@@ -136,7 +137,7 @@ class TestInTheStack:
         kv = kv_config(run)
         assert (kv["kv_buffer_device"], kv["kv_connector_extra_config"]) == (
             "cuda",
-            {"backends": ["LIBFABRIC"]},
+            {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
         )
         assert any("NIXL LIBFABRIC over EFA, buffers in GPU memory" in m for m in run.infos)
         assert not any("over TCP" in w for w in run.warnings)

@@ -13,7 +13,7 @@ from manifests.pd_dashboard import status_queries
 from ops.cli import main
 from ops.status import collect_status
 from tests.fakes.kube import healthy_cluster
-from tests.fakes.ops import DECODE, PREFILL, FakeProcess, no_wait, prometheus_answers
+from tests.fakes.ops import DECODE, PREFILL, FakeProcess, no_wait, prometheus_answers, vector
 from tests.fakes.pulumi import ROOT
 
 
@@ -27,6 +27,22 @@ def test_status_shows_latency_per_side_and_the_kv_cache_over_nixl():
     assert f"time to first token p95: {DECODE} 520 ms, {PREFILL} 480 ms" in report
     assert f"inter-token latency p50: {DECODE} 19 ms" in report
     assert "NIXL: transfer 3 ms, 1.20 GB/s, 0 failed, 0 expired KV requests" in report
+
+
+def test_status_says_when_every_kv_transfer_failed():
+    cluster = healthy_cluster()
+    cluster.prometheus = prometheus_answers()
+    queries = status_queries()
+    cluster.prometheus[queries["nixl_failures"]] = [vector(7)]
+
+    # Some failed among many that completed: counted, no diagnosis.
+    report = collect_status(cluster, "inference", "ray-llm").format()
+    assert "7 failed" in report and "stale NIXL agent" not in report
+
+    # Failed, and nothing completed: the stale agent of a prefill that restarted in place.
+    cluster.prometheus[queries["nixl_done"]] = [vector(0)]
+    report = collect_status(cluster, "inference", "ray-llm").format()
+    assert "every KV transfer failed, none completed: decode may hold a stale NIXL agent" in report
 
 
 def test_status_asks_prometheus_the_pd_dashboards_own_queries():

@@ -13,8 +13,11 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from config.autoscaling import AutoscalingConfig
+from config.serving import ModelConfig, ServingConfig
 from manifests.rayservice import RayServiceManifest
-from manifests.serve_app import ServeConfig
+from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
+from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack
 from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
@@ -89,11 +92,15 @@ class TestSeedFacts:
                     "kv_role": "kv_both",
                     "engine_id": side,
                     "kv_buffer_device": "cuda",
-                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+                    # blocks a dead decode never read are freed after 30 s (vLLM's lease)
+                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
+                    "kv_load_failure_policy": "recompute",
                 },
             }
             assert config["deployment_config"]["num_replicas"] == 1
             assert "autoscaling_config" not in config["deployment_config"]  # min = max: fixed
+            # one replica a side: nothing to choose, so Serve's default router, as before routing keys
+            assert "request_router_config" not in config["deployment_config"]
 
     def test_head_is_cpu_only_on_the_system_node(self, rayservice):
         head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]
@@ -245,7 +252,9 @@ class TestBrokenObjectsFail:
         kv = config["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["kv_transfer_config"]
         kv["kv_buffer_device"] = "gpu"
         kv["kv_buffer"] = "cpu"
+        kv["kv_load_failure_policy"] = "retry"
         errors = pd_rule_errors(config)
+        assert any("kv_load_failure_policy 'retry' is not recompute or fail" in e for e in errors)
         assert any("['kv_buffer'] are not vLLM 0.26 KVTransferConfig fields" in e for e in errors)
         assert any("kv_buffer_device 'gpu' is not cuda or cpu" in e for e in errors)
 
@@ -285,14 +294,32 @@ class TestBrokenObjectsFail:
 class TestServingVariants:
     def test_more_decode_replicas_more_workers(self):
         run = run_stack(
-            overrides={"model": {"decodeReplicas": 3}, "gpuNodes": {"desiredSize": 4, "maxSize": 4}}
+            overrides={
+                "model": {"decodeReplicas": 3},
+                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+                "serving": {"prefixRouter": {"imbalancedThreshold": 8}},
+            }
         )
         obj = registered(run)
         assert worker_groups(obj)[0]["replicas"] == 4
         args = serve_config(obj)["applications"][0]["args"]
         assert args["prefill_config"]["deployment_config"]["num_replicas"] == 1
         assert args["decode_config"]["deployment_config"]["num_replicas"] == 3
+        # three decode replicas to choose from: prefix affinity, with its prefix tree kept bounded
+        assert args["decode_config"]["deployment_config"]["request_router_config"] == {
+            "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+            "request_router_kwargs": {
+                "imbalanced_threshold": 8,
+                "match_rate_threshold": 0.1,
+                "do_eviction": True,
+                "eviction_threshold_chars": 400000,
+                "eviction_target_chars": 360000,
+                "eviction_interval_secs": 10,
+            },
+        }
+        assert "request_router_config" not in args["prefill_config"]["deployment_config"]
         assert crd_errors(obj) == [] and serve_errors(serve_config(obj)) == []
+        assert pd_rule_errors(serve_config(obj)) == []
 
     def test_another_model_and_tensor_parallelism(self):
         run = run_stack(
@@ -412,3 +439,56 @@ class TestUpgradePath:
         reg = run.one(RAYSERVICE)
         assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
         assert reg.delete_before_replace is True
+
+
+KV_PATH = KvPath(backends=("LIBFABRIC",), buffer_device="cuda", mechanism="emulated", reason="test")
+
+
+def routed_sides(serving: dict[str, Any], autoscaling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each side's deployment_config for 2 prefill and 1 decode replica under these settings."""
+    config = build_serve_config(
+        ModelConfig(prefill_replicas=2),  # type: ignore[call-arg]
+        "qwen",
+        KV_PATH,
+        scaling=AutoscalingConfig.model_validate(autoscaling or {}),
+        serving=ServingConfig.model_validate(serving),
+    ).to_dict()
+    args = config["applications"][0]["args"]
+    return {side: args[f"{side}_config"]["deployment_config"] for side in ("prefill", "decode")}
+
+
+class TestRouting:
+    def test_prefix_affinity_where_a_side_has_a_choice(self):
+        sides = routed_sides({})
+        assert sides["prefill"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
+        assert "request_router_config" not in sides["decode"]
+
+    def test_a_side_that_may_scale_out_gets_it_too(self):
+        sides = routed_sides({}, {"decode": {"maxReplicas": 3}})
+        assert sides["decode"]["autoscaling_config"]["min_replicas"] == 1
+        assert sides["decode"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
+
+    def test_power_of_two_is_serves_default(self):
+        sides = routed_sides({"requestRouter": "power-of-two"}, {"decode": {"maxReplicas": 3}})
+        assert all("request_router_config" not in side for side in sides.values())
+
+    def test_kv_aware_is_refused_naming_the_key(self):
+        with pytest.raises(ValidationError, match=r"serving.requestRouter: kv-aware .* ai-dynamo"):
+            ServingConfig.model_validate({"requestRouter": "kv-aware"})
+
+    def test_eviction_target_above_threshold_is_refused(self):
+        with pytest.raises(ValidationError, match="evictionTargetChars 500000 is above"):
+            ServingConfig.model_validate({"prefixRouter": {"evictionTargetChars": 500000}})
+
+    def test_rays_checks_catch_a_wrong_router(self, rayservice):
+        config = serve_config(rayservice)
+        deployment = config["applications"][0]["args"]["decode_config"]["deployment_config"]
+        deployment["request_router_config"] = {
+            "request_router_class": PREFIX_ROUTER,
+            "request_router_kwargs": {"imbalance_threshold": 8},
+        }
+        assert any(
+            "['imbalance_threshold'] are not PrefixCacheAffinityRouter" in e for e in pd_rule_errors(config)
+        )
+        deployment["request_router_config"]["request_router_class"] = PREFIX_ROUTER.replace("Prefix", "Prefx")
+        assert any("decode_config" in e for e in serve_errors(config))

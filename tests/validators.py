@@ -5,7 +5,9 @@
 - Kubernetes' core Pod schema (kubernetes-validate) for each pod template;
 - Ray 2.58's `ServeDeploySchema` for serveConfigV2 and Ray Serve LLM's `LLMConfig` for each side;
 - `build_pd_openai_app`'s own rules, read from Ray's source (`PDServingArgs` needs vLLM to import,
-  which the image has and our test machines do not).
+  which the image has and our test machines do not);
+- a deployment's request router: Ray's `DeploymentConfig` imports the class it names, and its kwargs
+  must be parameters of the class's `initialize_state`, which Serve calls with them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import importlib
+import importlib.util
+import inspect
 import json
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +111,47 @@ def object_errors(obj: dict[str, Any]) -> list[str]:
     return []
 
 
+@functools.cache
+def _public_request_routers() -> None:
+    """Make `ray.serve.llm.request_router` importable here as it is in the image. Its package's
+    `__init__` imports Ray Serve LLM's protocol models, which need vLLM; the module itself needs only
+    Ray. So Ray's own file is loaded under its own name, and a router class path in a serve config
+    resolves to the class the cluster would load (or fails as it would there)."""
+    try:
+        importlib.import_module("ray.serve.llm.request_router")
+        return
+    except ImportError:
+        pass
+    import ray.serve
+
+    root = Path(ray.serve.__file__).parent / "llm"
+    package = types.ModuleType("ray.serve.llm")
+    package.__path__ = [str(root)]
+    sys.modules["ray.serve.llm"] = package
+    spec = importlib.util.spec_from_file_location("ray.serve.llm.request_router", root / "request_router.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+
+def request_router_errors(side: str, deployment_config: dict[str, Any]) -> list[str]:
+    """The kwargs Serve passes to the router's `initialize_state`, which has no `**kwargs`."""
+    from ray.serve.config import RequestRouterConfig
+
+    config = deployment_config.get("request_router_config")
+    if config is None:
+        return []
+    _public_request_routers()
+    router: Any = RequestRouterConfig(**config).get_request_router_class()
+    accepted = set(inspect.signature(router.initialize_state).parameters) - {"self"}
+    unknown = sorted(set(config.get("request_router_kwargs") or {}) - accepted)
+    if not unknown:
+        return []
+    name = f"{router.__name__}.initialize_state"
+    return [f"{side}: request_router_kwargs {unknown} are not {name}'s {sorted(accepted)}"]
+
+
 def serve_errors(serve_config: dict[str, Any]) -> list[str]:
     """Ray's own pydantic models: the whole document, then each LLM side. A side's autoscaling policy is
     imported as Ray imports it (ray.serve.config.AutoscalingPolicy), from jobs/ as the Ray pods'
@@ -117,6 +164,7 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
 
     if str(ROOT / "jobs") not in sys.path:
         sys.path.append(str(ROOT / "jobs"))
+    _public_request_routers()
 
     problems: list[str] = []
     try:
@@ -197,9 +245,14 @@ def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
                 )
             if kv.get("kv_buffer_device") not in ("cuda", "cpu"):
                 problems.append(f"{side}: kv_buffer_device {kv.get('kv_buffer_device')!r} is not cuda or cpu")
+            policy = kv.get("kv_load_failure_policy", "fail")
+            if policy not in ("recompute", "fail"):
+                # vLLM 0.26.0 vllm/config/kv_transfer.py:69, a Literal its dataclass enforces
+                problems.append(f"{side}: kv_load_failure_policy {policy!r} is not recompute or fail")
             backends = (kv.get("kv_connector_extra_config") or {}).get("backends") or []
             if not backends or not set(backends) <= {"LIBFABRIC", "UCX"}:
                 problems.append(f"{side}: NIXL backends {backends} are not LIBFABRIC and/or UCX")
+            problems += request_router_errors(side, config.get("deployment_config") or {})
     return problems
 
 

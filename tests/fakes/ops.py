@@ -73,6 +73,7 @@ def prometheus_answers() -> dict[str, list[dict[str, Any]]]:
         queries["nixl_throughput"]: [vector(1.2e9)],
         queries["nixl_failures"]: [vector(0)],
         queries["nixl_expired"]: [vector(0)],
+        queries["nixl_done"]: [vector(412)],
     }
 
 
