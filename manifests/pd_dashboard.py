@@ -8,6 +8,10 @@ vLLM's metrics (`ray_vllm_*`, vLLM 0.26 through Ray 2.58) carry `WorkerId` and `
 Serve deployment, and both sides serve the same model, so "per side" joins on `WorkerId` to a Serve
 metric that has the deployment (`Prefill:<model>`, `Decode:<model>`), as Ray's own Serve LLM dashboard
 does. That Serve metric exists once a replica has served a request.
+
+With `serving.mode: aggregated` one deployment serves (`LLMServer:<model>`, Ray 2.58
+ray/llm/_internal/serve/core/server/builder.py:64), the same panels show it, and the NIXL row says it
+does not apply: no KV cache crosses nodes.
 """
 
 from __future__ import annotations
@@ -20,11 +24,20 @@ UID = "rayLlmPdDisaggregation"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 """kube-prometheus-stack's Grafana datasource."""
 CLUSTER = 'ray_io_cluster=~"$cluster"'
-SIDE = (
-    " * on (WorkerId) group_left (deployment) max by (WorkerId, deployment) "
-    f'(ray_serve_deployment_request_counter_total{{{CLUSTER}, deployment=~"(Prefill|Decode):.*"}} * 0 + 1)'
-)
-"""Appended to a vLLM series: gives it the Serve deployment of the worker it came from."""
+DEPLOYMENTS = {"disaggregated": "(Prefill|Decode):.*", "aggregated": "LLMServer:.*"}
+"""The Serve deployments of each `serving.mode` whose replicas run vLLM engines."""
+STATUS_DEPLOYMENTS = "(Prefill|Decode|LLMServer):.*"
+"""`ops status` may not know the stack's mode: it asks for either's."""
+
+
+def side_join(deployments: str) -> str:
+    """Appended to a vLLM series: gives it the Serve deployment of the worker it came from."""
+    return (
+        " * on (WorkerId) group_left (deployment) max by (WorkerId, deployment) "
+        f'(ray_serve_deployment_request_counter_total{{{CLUSTER}, deployment=~"{deployments}"}} * 0 + 1)'
+    )
+
+
 NIXL = f"{{{CLUSTER}}}"
 NIXL_LATENCY = (
     f"sum(rate(ray_vllm_nixl_xfer_time_seconds_sum{NIXL}[$__rate_interval])) / "
@@ -53,7 +66,8 @@ STATUS_QUERIES = {
 def status_queries() -> dict[str, str]:
     """The PromQL behind `ops status`'s serving figures, the same queries the PD dashboard runs."""
     queries = {
-        key: as_prometheus_query(quantile(q, histogram)) for key, (_, histogram, q) in STATUS_QUERIES.items()
+        key: as_prometheus_query(quantile(q, histogram, deployments=STATUS_DEPLOYMENTS))
+        for key, (_, histogram, q) in STATUS_QUERIES.items()
     }
     queries |= {
         "nixl_latency": as_prometheus_query(NIXL_LATENCY),
@@ -64,14 +78,19 @@ def status_queries() -> dict[str, str]:
     return queries
 
 
-def per_side(selector: str) -> str:
+def per_side(selector: str, deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     """A vLLM series (or a rate of one) with its side's deployment label."""
-    return f"({selector}){SIDE}"
+    return f"({selector}){side_join(deployments)}"
 
 
-def quantile(q: float, histogram: str, by: str = "deployment") -> str:
-    rate = per_side(f"rate({histogram}_bucket{{{CLUSTER}}}[$__rate_interval])")
+def quantile(
+    q: float, histogram: str, by: str = "deployment", deployments: str = DEPLOYMENTS["disaggregated"]
+) -> str:
+    rate = per_side(f"rate({histogram}_bucket{{{CLUSTER}}}[$__rate_interval])", deployments)
     return f"histogram_quantile({q}, sum by (le, {by}) ({rate}))"
+
+
+NOT_APPLICABLE = "Does not apply to serving.mode aggregated: no KV cache crosses nodes. "
 
 
 def _panel(
@@ -115,14 +134,26 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
 
 def panels(settings: Settings) -> list[dict[str, Any]]:
     objective = settings.observability.ttft_objective_seconds
+    mode = settings.serving.mode
+    deployments = DEPLOYMENTS[mode]
+
+    def side_quantile(q: float, histogram: str) -> str:
+        return quantile(q, histogram, deployments=deployments)
+
+    def by_side(selector: str) -> str:
+        return per_side(selector, deployments)
+
+    # What only prefill/decode disaggregation has: said so on the panels in aggregated mode.
+    nixl_row = "KV cache over NIXL (EFA)" + (": does not apply (aggregated)" if mode == "aggregated" else "")
+    pd_only = NOT_APPLICABLE if mode == "aggregated" else ""
     return [
         _row(1, "Latency per side", 0),
         _panel(
             2,
             "Time to first token (p50, p95)",
             [
-                (quantile(0.5, "ray_vllm_time_to_first_token_seconds"), "p50 {{deployment}}"),
-                (quantile(0.95, "ray_vllm_time_to_first_token_seconds"), "p95 {{deployment}}"),
+                (side_quantile(0.5, "ray_vllm_time_to_first_token_seconds"), "p50 {{deployment}}"),
+                (side_quantile(0.95, "ray_vllm_time_to_first_token_seconds"), "p95 {{deployment}}"),
             ],
             "s",
             0,
@@ -134,8 +165,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             3,
             "Inter-token latency (p50, p95)",
             [
-                (quantile(0.5, "ray_vllm_inter_token_latency_seconds"), "p50 {{deployment}}"),
-                (quantile(0.95, "ray_vllm_inter_token_latency_seconds"), "p95 {{deployment}}"),
+                (side_quantile(0.5, "ray_vllm_inter_token_latency_seconds"), "p50 {{deployment}}"),
+                (side_quantile(0.95, "ray_vllm_inter_token_latency_seconds"), "p95 {{deployment}}"),
             ],
             "s",
             12,
@@ -148,11 +179,11 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "Requests running and waiting",
             [
                 (
-                    f"sum by (deployment) ({per_side(f'ray_vllm_num_requests_running{{{CLUSTER}}}')})",
+                    f"sum by (deployment) ({by_side(f'ray_vllm_num_requests_running{{{CLUSTER}}}')})",
                     "running {{deployment}}",
                 ),
                 (
-                    f"sum by (deployment) ({per_side(f'ray_vllm_num_requests_waiting{{{CLUSTER}}}')})",
+                    f"sum by (deployment) ({by_side(f'ray_vllm_num_requests_waiting{{{CLUSTER}}}')})",
                     "waiting {{deployment}}",
                 ),
             ],
@@ -166,7 +197,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "KV-cache usage",
             [
                 (
-                    f"max by (deployment) ({per_side(f'ray_vllm_kv_cache_usage_perc{{{CLUSTER}}}')})",
+                    f"max by (deployment) ({by_side(f'ray_vllm_kv_cache_usage_perc{{{CLUSTER}}}')})",
                     "{{deployment}}",
                 )
             ],
@@ -175,7 +206,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             10,
             "Of each engine's KV-cache blocks; near 100 % for minutes, requests queue.",
         ),
-        _row(7, "KV cache over NIXL (EFA)", 18),
+        _row(7, nixl_row, 18),
         _panel(
             8,
             "NIXL transfer latency",
@@ -190,8 +221,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "s",
             0,
             19,
-            "How long moving one request's KV cache takes. Milliseconds on EFA; far more means NIXL fell "
-            "back to UCX/TCP (`python -m ops verify`).",
+            f"{pd_only}How long moving one request's KV cache takes. Milliseconds on EFA; far more means "
+            "NIXL fell back to UCX/TCP (`python -m ops verify`).",
             width=8,
         ),
         _panel(
@@ -201,7 +232,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "Bps",
             8,
             19,
-            "KV-cache bytes moved between the sides per second.",
+            f"{pd_only}KV-cache bytes moved between the sides per second.",
             width=8,
         ),
         _panel(
@@ -218,7 +249,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "short",
             16,
             19,
-            "Should stay at zero; the NixlTransferFailures and NixlKvRequestsExpired alerts fire otherwise.",
+            f"{pd_only}Should stay at zero; the NixlTransferFailures and NixlKvRequestsExpired alerts fire "
+            "otherwise.",
             width=8,
         ),
         _row(11, "GPUs", 27),

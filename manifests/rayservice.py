@@ -257,7 +257,12 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     image = plan.image
     cache = plan.model_cache
     serve_config = build_serve_config(
-        model, serving.application_name, plan.kv_path, cache.uri if cache else None, settings.autoscaling
+        model,
+        serving.application_name,
+        plan.kv_path,
+        cache.uri if cache else None,
+        settings.autoscaling,
+        mode=serving.mode,
     )
     gpu = plan.gpu
     worker_size = plan.worker
