@@ -519,6 +519,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
     buffers over EFA by any mechanism, and no floor."""
     from ops.kv_transfer import MIB, ProbeSpec
 
+    connector = True
     if settings is None:
         backends, device, mechanism, floor = ("LIBFABRIC",), "cuda", None, None
     else:
@@ -527,6 +528,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
         plan = plan_stack(settings, stack=args.stack)
         backends, device = plan.kv_path.backends, plan.kv_path.buffer_device
         mechanism, floor = plan.kv_path.mechanism, plan.kv_floor
+        connector = plan.mode == "disaggregated"
     probe = None
     if args.kv_probe_mib:
         block = 4 * MIB if args.kv_probe_mib % 4 == 0 else MIB  # vLLM's blocks are smaller; NIXL splits
@@ -537,6 +539,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
             block_bytes=block,
         )
     return {
+        "kv_connector": connector,
         "kv_backends": tuple(backends),
         "kv_buffer_device": device,
         "kv_mechanism": mechanism,
