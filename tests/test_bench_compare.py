@@ -170,3 +170,20 @@ def test_the_command_line(files, capsys):
         main(["bench", "compare", "--help"])
     assert exit_.value.code == 0
     assert "--force" in capsys.readouterr().out
+
+
+def test_the_worked_example_in_the_docs_is_what_compare_prints_for_the_fixtures(files):
+    """docs/operations.md quotes rows of `ops bench compare` for the recorded sweeps: each is the line
+    the command prints for them, under the same concurrency."""
+    from tests.fakes.pulumi import ROOT
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    example = operations.split("**A worked example, from the recorded fixtures**", 1)[1]
+    quoted = example.split("```text\n", 1)[1].split("```", 1)[0]
+    report = compare_report(load_runs(files))
+    blocks = re.split(r"^Concurrency (\d+):\n", quoted, flags=re.M)[1:]
+    assert blocks, "the worked example quotes no concurrency"
+    for concurrency, lines in zip(blocks[::2], blocks[1::2], strict=True):
+        printed = report.split(f"Concurrency {concurrency}:\n", 1)[1].split("\nConcurrency", 1)[0]
+        for line in lines.splitlines():
+            assert line in printed.splitlines(), (concurrency, line)
