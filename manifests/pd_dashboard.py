@@ -300,7 +300,12 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
 def pd_dashboard(settings: Settings) -> dict[str, Any]:
     return {
         "uid": UID,
-        "title": "Ray LLM: prefill/decode disaggregation",
+        "title": "Ray LLM: prefill/decode disaggregation"
+        + (
+            " (serving aggregated: the NIXL panels do not apply)"
+            if settings.serving.mode == "aggregated"
+            else ""
+        ),
         "tags": ["ray", "vllm", "nixl", "pd"],
         "timezone": "browser",
         "schemaVersion": 39,

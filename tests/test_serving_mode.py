@@ -137,6 +137,7 @@ class TestFitAndDashboards:
         dev = load_settings(stack_file_config("dev"))
         pd = pd_dashboard(dev)
         agg = pd_dashboard(load_settings(stack_file_config(STACK)))
+        assert agg["uid"] == pd["uid"] and "serving aggregated" in agg["title"]
         panels = {p["title"]: p for p in agg["panels"]}
         ttft = panels["Time to first token (p50, p95)"]["targets"][0]["expr"]
         assert 'deployment=~"LLMServer:.*"' in ttft and "Prefill" not in ttft
