@@ -65,7 +65,7 @@ from planning.names import copied_names
 from planning.nodes import placement
 from planning.reservation import on_reservation
 from planning.system_pods import cluster_autoscaling
-from planning.upgrades import cluster_change_notice
+from planning.upgrades import cluster_change_notice, mode_change_notice
 from world import World, provider_identity
 from world.reads import instance_types, reserved, where_it_serves
 
@@ -311,6 +311,18 @@ def main(world: World | None = None) -> None:
             cluster_change_notice(plan.upgrade, (before[0], before[1]), (fingerprint, plan.image))
         )
     )
+    mode = settings.serving.mode
+    pulumi.Output.all(previous.get_output("rayClusterFingerprint"), previous.get_output("servingMode")).apply(
+        lambda before: warn(
+            mode_change_notice(
+                plan.upgrade,
+                (before[0], before[1]),
+                (fingerprint, mode),
+                plan.gpu_workers,
+                settings.autoscaling.graceful_shutdown_seconds,
+            )
+        )
+    )
 
     namespace = settings.serving.namespace
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -350,6 +362,7 @@ def main(world: World | None = None) -> None:
     pulumi.export("modelId", settings.model.id)
     pulumi.export("rayClusterFingerprint", fingerprint)
     pulumi.export("rayImage", plan.image)
+    pulumi.export("servingMode", mode)
 
 
 if __name__ == "__main__":

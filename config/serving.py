@@ -95,6 +95,15 @@ class ServingConfig(StrictModel):
     application_name: DnsLabel = Field(
         "qwen", description="Name of the Ray Serve application (the seed's `qwen`)."
     )
+    mode: Literal["disaggregated", "aggregated"] = Field(
+        "disaggregated",
+        description="How Ray Serve LLM serves the model. `disaggregated`: prefill and decode replicas "
+        "(`build_pd_openai_app`), the KV cache crossing nodes over NIXL. `aggregated`: plain replicas "
+        "that each prefill and decode their own requests (`build_openai_app`), no KV connector, on the "
+        "same GPU workers: `model.prefillReplicas + model.decodeReplicas` replicas, scaling up to both "
+        "sides' `maxReplicas` together by `autoscaling.decode`'s request targets. Measure which is "
+        'better with `ops bench` (docs/operations.md, "Disaggregated or aggregated?").',
+    )
     image: str | None = Field(
         None,
         pattern=IMAGE_REFERENCE,
@@ -226,8 +235,18 @@ class ModelConfig(StrictModel):
     tensor_parallel_size: int = Field(
         1, ge=1, le=8, description="GPUs per replica (vLLM `tensor_parallel_size`), all in one pod."
     )
-    prefill_replicas: int = Field(1, ge=1, description="Prefill replicas, one GPU worker pod each.")
-    decode_replicas: int = Field(1, ge=1, description="Decode replicas, one GPU worker pod each.")
+    prefill_replicas: int = Field(
+        1,
+        ge=1,
+        description="Prefill replicas, one GPU worker pod each (`serving.mode: aggregated`: added to "
+        "decodeReplicas, the replicas).",
+    )
+    decode_replicas: int = Field(
+        1,
+        ge=1,
+        description="Decode replicas, one GPU worker pod each (`serving.mode: aggregated`: added to "
+        "prefillReplicas, the replicas).",
+    )
     nixl_backends: list[Literal["LIBFABRIC", "UCX"]] | None = Field(
         None,
         min_length=1,

@@ -35,6 +35,9 @@ class BenchOptions:
     output_len: int = 256
     concurrency: int = 8
     requests: int = 200
+    request_rate: float | None = None
+    """Requests per second (vLLM's `--request-rate`, Poisson arrivals); None: all at once, as many in
+    flight as `concurrency` allows."""
     client: str = "default"
     tokenizer: str | None = None
     name: str = "bench"
@@ -76,6 +79,7 @@ def bench_command(settings: Settings, options: BenchOptions) -> list[str]:
         str(options.requests),
         "--max-concurrency",
         str(options.concurrency),
+        *(["--request-rate", f"{options.request_rate:g}"] if options.request_rate is not None else []),
         "--ignore-eos",
         "--percentile-metrics",
         "ttft,tpot,itl,e2el",

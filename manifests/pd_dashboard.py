@@ -9,6 +9,10 @@ vLLM's metrics (`ray_vllm_*`, vLLM 0.26 through Ray 2.58) carry `WorkerId` and `
 Serve deployment, and both sides serve the same model, so "per side" joins on `WorkerId` to a Serve
 metric that has the deployment (`Prefill:<model>`, `Decode:<model>`), as Ray's own Serve LLM dashboard
 does. That Serve metric exists once a replica has served a request.
+
+With `serving.mode: aggregated` one deployment serves (`LLMServer:<model>`, Ray 2.58
+ray/llm/_internal/serve/core/server/builder.py:64), the same panels show it, and the NIXL row says it
+does not apply: no KV cache crosses nodes.
 """
 
 from __future__ import annotations
@@ -21,11 +25,20 @@ UID = "rayLlmPdDisaggregation"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 """kube-prometheus-stack's Grafana datasource."""
 CLUSTER = 'ray_io_cluster=~"$cluster"'
-SIDE = (
-    " * on (WorkerId) group_left (deployment) max by (WorkerId, deployment) "
-    f'(ray_serve_deployment_request_counter_total{{{CLUSTER}, deployment=~"(Prefill|Decode):.*"}} * 0 + 1)'
-)
-"""Appended to a vLLM series: gives it the Serve deployment of the worker it came from."""
+DEPLOYMENTS = {"disaggregated": "(Prefill|Decode):.*", "aggregated": "LLMServer:.*"}
+"""The Serve deployments of each `serving.mode` whose replicas run vLLM engines."""
+STATUS_DEPLOYMENTS = "(Prefill|Decode|LLMServer):.*"
+"""`ops status` may not know the stack's mode: it asks for either's."""
+
+
+def side_join(deployments: str) -> str:
+    """Appended to a vLLM series: gives it the Serve deployment of the worker it came from."""
+    return (
+        " * on (WorkerId) group_left (deployment) max by (WorkerId, deployment) "
+        f'(ray_serve_deployment_request_counter_total{{{CLUSTER}, deployment=~"{deployments}"}} * 0 + 1)'
+    )
+
+
 NIXL = f"{{{CLUSTER}}}"
 NIXL_LATENCY = (
     f"sum(rate(ray_vllm_nixl_xfer_time_seconds_sum{NIXL}[$__rate_interval])) / "
@@ -56,7 +69,8 @@ STATUS_QUERIES = {
 def status_queries() -> dict[str, str]:
     """The PromQL behind `ops status`'s serving figures, the same queries the PD dashboard runs."""
     queries = {
-        key: as_prometheus_query(quantile(q, histogram)) for key, (_, histogram, q) in STATUS_QUERIES.items()
+        key: as_prometheus_query(quantile(q, histogram, deployments=STATUS_DEPLOYMENTS))
+        for key, (_, histogram, q) in STATUS_QUERIES.items()
     }
     queries |= {
         "nixl_latency": as_prometheus_query(NIXL_LATENCY),
@@ -68,30 +82,41 @@ def status_queries() -> dict[str, str]:
     return queries
 
 
-def per_side(selector: str) -> str:
+def per_side(selector: str, deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     """A vLLM series (or a rate of one) with its side's deployment label."""
-    return f"({selector}){SIDE}"
+    return f"({selector}){side_join(deployments)}"
 
 
-def side_sum(increase: str, counter: str, matchers: str = "") -> str:
+def side_sum(
+    increase: str, counter: str, matchers: str = "", deployments: str = DEPLOYMENTS["disaggregated"]
+) -> str:
     """A vLLM counter's `rate` or `increase` summed per side."""
+    selector = f"{increase}({counter}{{{CLUSTER}{matchers}}}[$__rate_interval])"
+    return f"sum by (deployment) ({per_side(selector, deployments)})"
+
+
+def prefix_hit_rate(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
+    """The share of prompt tokens each side found in its prefix cache (vLLM 0.26's counters:
+    v1/metrics/loggers.py:584-601)."""
     return (
-        f"sum by (deployment) ({per_side(f'{increase}({counter}{{{CLUSTER}{matchers}}}[$__rate_interval])')})"
+        f"{side_sum('rate', 'ray_vllm_prefix_cache_hits_total', deployments=deployments)} / "
+        f"{side_sum('rate', 'ray_vllm_prefix_cache_queries_total', deployments=deployments)}"
     )
 
 
-PREFIX_HIT_RATE = (
-    f"{side_sum('rate', 'ray_vllm_prefix_cache_hits_total')} / "
-    f"{side_sum('rate', 'ray_vllm_prefix_cache_queries_total')}"
-)
-"""vLLM 0.26's prefix-cache counters (tokens queried and found: v1/metrics/loggers.py:584-601), per side."""
-FAILED_REQUESTS = side_sum("increase", "ray_vllm_request_success_total", ', finished_reason="error"')
-"""Requests vLLM ended with an error (a KV cache that did not arrive, with kvLoadFailurePolicy fail)."""
+def failed_requests(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
+    """Requests vLLM ended with an error (a KV cache that did not arrive, with kvLoadFailurePolicy fail)."""
+    return side_sum("increase", "ray_vllm_request_success_total", ', finished_reason="error"', deployments)
 
 
-def quantile(q: float, histogram: str, by: str = "deployment") -> str:
-    rate = per_side(f"rate({histogram}_bucket{{{CLUSTER}}}[$__rate_interval])")
+def quantile(
+    q: float, histogram: str, by: str = "deployment", deployments: str = DEPLOYMENTS["disaggregated"]
+) -> str:
+    rate = per_side(f"rate({histogram}_bucket{{{CLUSTER}}}[$__rate_interval])", deployments)
     return f"histogram_quantile({q}, sum by (le, {by}) ({rate}))"
+
+
+NOT_APPLICABLE = "Does not apply to serving.mode aggregated: no KV cache crosses nodes. "
 
 
 def _panel(
@@ -133,9 +158,6 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
     }
 
 
-SIDES = f'{CLUSTER}, deployment=~"(Prefill|Decode):.*"'
-
-
 def scaling_description(settings: Settings) -> str:
     scaling = settings.autoscaling
     if scaling.signal == "llm":
@@ -160,14 +182,27 @@ def scaling_description(settings: Settings) -> str:
 
 def panels(settings: Settings) -> list[dict[str, Any]]:
     objective = settings.observability.ttft_objective_seconds
+    mode = settings.serving.mode
+    deployments = DEPLOYMENTS[mode]
+    sides = f'{CLUSTER}, deployment=~"{deployments}"'
+
+    def side_quantile(q: float, histogram: str) -> str:
+        return quantile(q, histogram, deployments=deployments)
+
+    def by_side(selector: str) -> str:
+        return per_side(selector, deployments)
+
+    # What only prefill/decode disaggregation has: said so on the panels in aggregated mode.
+    nixl_row = "KV cache over NIXL (EFA)" + (": does not apply (aggregated)" if mode == "aggregated" else "")
+    pd_only = NOT_APPLICABLE if mode == "aggregated" else ""
     return [
         _row(1, "Latency per side", 0),
         _panel(
             2,
             "Time to first token (p50, p95)",
             [
-                (quantile(0.5, "ray_vllm_time_to_first_token_seconds"), "p50 {{deployment}}"),
-                (quantile(0.95, "ray_vllm_time_to_first_token_seconds"), "p95 {{deployment}}"),
+                (side_quantile(0.5, "ray_vllm_time_to_first_token_seconds"), "p50 {{deployment}}"),
+                (side_quantile(0.95, "ray_vllm_time_to_first_token_seconds"), "p95 {{deployment}}"),
             ],
             "s",
             0,
@@ -179,8 +214,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             3,
             "Inter-token latency (p50, p95)",
             [
-                (quantile(0.5, "ray_vllm_inter_token_latency_seconds"), "p50 {{deployment}}"),
-                (quantile(0.95, "ray_vllm_inter_token_latency_seconds"), "p95 {{deployment}}"),
+                (side_quantile(0.5, "ray_vllm_inter_token_latency_seconds"), "p50 {{deployment}}"),
+                (side_quantile(0.95, "ray_vllm_inter_token_latency_seconds"), "p95 {{deployment}}"),
             ],
             "s",
             12,
@@ -193,11 +228,11 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "Requests running and waiting",
             [
                 (
-                    f"sum by (deployment) ({per_side(f'ray_vllm_num_requests_running{{{CLUSTER}}}')})",
+                    f"sum by (deployment) ({by_side(f'ray_vllm_num_requests_running{{{CLUSTER}}}')})",
                     "running {{deployment}}",
                 ),
                 (
-                    f"sum by (deployment) ({per_side(f'ray_vllm_num_requests_waiting{{{CLUSTER}}}')})",
+                    f"sum by (deployment) ({by_side(f'ray_vllm_num_requests_waiting{{{CLUSTER}}}')})",
                     "waiting {{deployment}}",
                 ),
             ],
@@ -211,7 +246,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "KV-cache usage",
             [
                 (
-                    f"max by (deployment) ({per_side(f'ray_vllm_kv_cache_usage_perc{{{CLUSTER}}}')})",
+                    f"max by (deployment) ({by_side(f'ray_vllm_kv_cache_usage_perc{{{CLUSTER}}}')})",
                     "{{deployment}}",
                 )
             ],
@@ -220,7 +255,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             10,
             "Of each engine's KV-cache blocks; near 100 % for minutes, requests queue.",
         ),
-        _row(7, "KV cache over NIXL (EFA)", 18),
+        _row(7, nixl_row, 18),
         _panel(
             8,
             "NIXL transfer latency",
@@ -235,8 +270,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "s",
             0,
             19,
-            "How long moving one request's KV cache takes. Milliseconds on EFA; far more means NIXL fell "
-            "back to UCX/TCP (`python -m ops verify`).",
+            f"{pd_only}How long moving one request's KV cache takes. Milliseconds on EFA; far more means "
+            "NIXL fell back to UCX/TCP (`python -m ops verify`).",
             width=8,
         ),
         _panel(
@@ -246,7 +281,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "Bps",
             8,
             19,
-            "KV-cache bytes moved between the sides per second.",
+            f"{pd_only}KV-cache bytes moved between the sides per second.",
             width=8,
         ),
         _panel(
@@ -263,7 +298,8 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "short",
             16,
             19,
-            "Should stay at zero; the NixlTransferFailures and NixlKvRequestsExpired alerts fire otherwise.",
+            f"{pd_only}Should stay at zero; the NixlTransferFailures and NixlKvRequestsExpired alerts fire "
+            "otherwise.",
             width=8,
         ),
         _row(11, "GPUs", 27),
@@ -313,15 +349,15 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "Replicas per side: decided, target, healthy",
             [
                 (
-                    f"max by (deployment) (ray_serve_autoscaling_desired_replicas{{{SIDES}}})",
+                    f"max by (deployment) (ray_serve_autoscaling_desired_replicas{{{sides}}})",
                     "decided {{deployment}}",
                 ),
                 (
-                    f"max by (deployment) (ray_serve_autoscaling_target_replicas{{{SIDES}}})",
+                    f"max by (deployment) (ray_serve_autoscaling_target_replicas{{{sides}}})",
                     "target {{deployment}}",
                 ),
                 (
-                    f"sum by (deployment) (ray_serve_deployment_replica_healthy{{{SIDES}}})",
+                    f"sum by (deployment) (ray_serve_deployment_replica_healthy{{{sides}}})",
                     "healthy {{deployment}}",
                 ),
             ],
@@ -335,7 +371,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
         _panel(
             20,
             "Prefix cache hit rate",
-            [(PREFIX_HIT_RATE, "{{deployment}}")],
+            [(prefix_hit_rate(deployments), "{{deployment}}")],
             "percentunit",
             0,
             55,
@@ -352,7 +388,7 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
                     "failed transfers into {{WorkerId}}",
                 ),
                 (
-                    FAILED_REQUESTS,
+                    failed_requests(deployments),
                     "requests ended with an error, {{deployment}}",
                 ),
             ],
@@ -368,7 +404,12 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
 def pd_dashboard(settings: Settings) -> dict[str, Any]:
     return {
         "uid": UID,
-        "title": "Ray LLM: prefill/decode disaggregation",
+        "title": "Ray LLM: prefill/decode disaggregation"
+        + (
+            " (serving aggregated: the NIXL panels do not apply)"
+            if settings.serving.mode == "aggregated"
+            else ""
+        ),
         "tags": ["ray", "vllm", "nixl", "pd"],
         "timezone": "browser",
         "schemaVersion": 39,

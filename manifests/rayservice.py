@@ -275,6 +275,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         cache.uri if cache else None,
         settings.autoscaling,
         serving,
+        mode=serving.mode,
     )
     gpu = plan.gpu
     worker_size = plan.worker

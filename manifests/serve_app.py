@@ -5,6 +5,11 @@ of the same model behind one OpenAI-compatible ingress. vLLM's NixlConnector mov
 the prefill GPU to the decode GPU; `backends: [LIBFABRIC]` makes NIXL use EFA through libfabric.
 Without it NIXL picks UCX, which on EFA runs at TCP speed and says nothing about it.
 
+With `serving.mode: aggregated` the application runs `ray.serve.llm:build_openai_app` instead: one
+deployment of the same model with the same engine settings and no KV connector, as many replicas as
+prefill and decode had together (Ray 2.58 ray/llm/_internal/serve/core/ingress/builder.py:146
+`LLMServingArgs`, :227 `build_openai_app`).
+
 Ray's own models accept unknown keys on purpose (older Serve reading newer configs); we generate the
 config, so ours refuse them, and the tests check the output against Ray 2.58's own schemas.
 """
@@ -24,6 +29,7 @@ from config.serving import ModelConfig, ServingConfig
 from planning.kv_path import KvPath
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+AGGREGATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 
 
 class ServeModel(BaseModel):
@@ -57,7 +63,8 @@ class EngineKwargs(ServeModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enforce_eager: bool
     tensor_parallel_size: int | None = Field(None, ge=1)
-    kv_transfer_config: KvTransferConfig
+    kv_transfer_config: KvTransferConfig | None = None
+    """None: aggregated, each replica keeps its own KV cache."""
 
 
 class CloudMirror(ServeModel):
@@ -158,17 +165,43 @@ class PDArgs(ServeModel):
                 "prefill and decode must serve the same model_id "
                 f"({prefill.model_loading_config.model_id!r} != {decode.model_loading_config.model_id!r})"
             )
-        prefill_engine = prefill.engine_kwargs.kv_transfer_config.engine_id
-        if prefill_engine == decode.engine_kwargs.kv_transfer_config.engine_id:
-            raise ValueError(f"prefill and decode share the NIXL engine_id {prefill_engine!r}")
+        prefill_kv, decode_kv = (
+            prefill.engine_kwargs.kv_transfer_config,
+            decode.engine_kwargs.kv_transfer_config,
+        )
+        if prefill_kv is None or decode_kv is None:
+            raise ValueError("prefill and decode each need a kv_transfer_config (build_pd_openai_app)")
+        if prefill_kv.engine_id == decode_kv.engine_id:
+            raise ValueError(f"prefill and decode share the NIXL engine_id {prefill_kv.engine_id!r}")
+        return self
+
+
+class AggregatedArgs(ServeModel):
+    """`build_openai_app`'s LLMServingArgs with one model: its replicas prefill and decode alike."""
+
+    llm_configs: list[LLMSide] = Field(min_length=1, max_length=1)
+
+    @model_validator(mode="after")
+    def _no_kv_connector(self) -> AggregatedArgs:
+        if any(side.engine_kwargs.kv_transfer_config for side in self.llm_configs):
+            raise ValueError("an aggregated replica keeps its KV cache: no kv_transfer_config")
         return self
 
 
 class ServeApplication(ServeModel):
     name: str = Field(min_length=1)
-    import_path: Literal["ray.serve.llm:build_pd_openai_app"] = PD_IMPORT_PATH
+    import_path: Literal["ray.serve.llm:build_pd_openai_app", "ray.serve.llm:build_openai_app"] = (
+        PD_IMPORT_PATH
+    )
     route_prefix: str = "/"
-    args: PDArgs
+    args: PDArgs | AggregatedArgs
+
+    @model_validator(mode="after")
+    def _builder_takes_these_args(self) -> ServeApplication:
+        expected = PD_IMPORT_PATH if isinstance(self.args, PDArgs) else AGGREGATED_IMPORT_PATH
+        if self.import_path != expected:
+            raise ValueError(f"{type(self.args).__name__} are {expected}'s args, not {self.import_path}'s")
+        return self
 
 
 class ServeConfig(ServeModel):
@@ -260,8 +293,9 @@ def _side(
     source: str | CloudMirror,
     engine_id: str,
     deployment: DeploymentConfig,
-    kv_path: KvPath,
+    kv_path: KvPath | None,
 ) -> LLMSide:
+    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated)."""
     return LLMSide(
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
@@ -280,10 +314,72 @@ def _side(
                     backends=list(kv_path.backends), kv_lease_duration=model.kv_lease_seconds
                 ),
                 kv_load_failure_policy=model.kv_load_failure_policy,
-            ),
+            )
+            if kv_path
+            else None,
             **model.extra_engine_kwargs,
         ),
         deployment_config=deployment,
+    )
+
+
+def _pd_application(
+    name: str,
+    model: ModelConfig,
+    source: str | CloudMirror,
+    kv_path: KvPath,
+    scaling: ScalingSettings,
+    serving: ServingConfig | None,
+) -> ServeApplication:
+    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL."""
+    return ServeApplication(
+        name=name,
+        args=PDArgs(
+            prefill_config=_side(
+                model,
+                source,
+                "prefill",
+                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving),
+                kv_path,
+            ),
+            decode_config=_side(
+                model,
+                source,
+                "decode",
+                routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving),
+                kv_path,
+            ),
+        ),
+    )
+
+
+def aggregated_scaling(model: ModelConfig, scaling: ScalingSettings) -> tuple[int, SideScaling]:
+    """The aggregated deployment's replicas and scaling: both sides' GPU workers together, at least and
+    at most; decode's request targets, since a replica holds each request through its decode."""
+    replicas = model.prefill_replicas + model.decode_replicas
+    most = (scaling.prefill.max_replicas or model.prefill_replicas) + (
+        scaling.decode.max_replicas or model.decode_replicas
+    )
+    return replicas, scaling.decode.model_copy(update={"max_replicas": most})
+
+
+def _aggregated_application(
+    name: str,
+    model: ModelConfig,
+    source: str | CloudMirror,
+    scaling: ScalingSettings,
+    serving: ServingConfig | None,
+) -> ServeApplication:
+    """`build_openai_app`: one deployment, each replica prefilling and decoding its own requests."""
+    replicas, side = aggregated_scaling(model, scaling)
+    return ServeApplication(
+        name=name,
+        import_path=AGGREGATED_IMPORT_PATH,
+        args=AggregatedArgs(
+            llm_configs=[
+                _side(model, source, "", routed(_deployment(replicas, side, scaling), serving), None)
+            ]
+        ),
     )
 
 
@@ -294,33 +390,17 @@ def build_serve_config(
     s3_uri: str | None = None,
     scaling: ScalingSettings | None = None,
     serving: ServingConfig | None = None,
+    mode: Literal["disaggregated", "aggregated"] = "disaggregated",
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
-    engine kwargs."""
+    engine kwargs. `mode`: `serving.mode`, which builder's application."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
-    return ServeConfig(
-        applications=[
-            ServeApplication(
-                name=application_name,
-                args=PDArgs(
-                    prefill_config=_side(
-                        model,
-                        source,
-                        "prefill",
-                        routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving),
-                        kv_path,
-                    ),
-                    decode_config=_side(
-                        model,
-                        source,
-                        "decode",
-                        routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving),
-                        kv_path,
-                    ),
-                ),
-            )
-        ]
+    application = (
+        _aggregated_application(application_name, model, source, scaling, serving)
+        if mode == "aggregated"
+        else _pd_application(application_name, model, source, kv_path, scaling, serving)
     )
+    return ServeConfig(applications=[application])

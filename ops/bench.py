@@ -1,5 +1,11 @@
 """`ops bench`: a load test inside the cluster against the stack's own endpoint (manifests/bench.py),
-reported as a table and as JSON a team keeps and compares, with what a million output tokens cost.
+reported as a table and as a result file (JSON) a team keeps and compares (`ops bench compare`,
+ops/bench_compare.py), with what a million output tokens cost. `--sweep` runs one Job per concurrency
+and records each point.
+
+The result file says what was measured: the stack, `serving.mode`, the GPU type and count, the KV path
+the plan chose (planning/kv_path.py; none in aggregated mode), the workload, and per point the
+latencies (TTFT, ITL, TPOT, end to end; p50, p90, p99), throughput, failed requests and the cost.
 
 The cost: the stack's hourly on-demand cost while serving (planning/cost.py's parts, GPU nodes at
 desiredSize), from the Price List answers the last preview cached, else the project's dated snapshot
@@ -12,15 +18,21 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from config import Settings
+from config import Settings, versions
 from manifests.bench import RESULT_MARKER, BenchOptions, bench_job
 from ops.kube import KubeApi, OpsError
+from planning import Plan
 from planning.cost import CostReport, cost_report, planned_zone_count, price_cache_path
+
+HEARTBEAT_S = 60.0
+"""How often a long benchmark says it still runs, when its Job's state does not change."""
+FORMAT = "ray-llm-eks-bench/1"
+"""The result file's `format`: what `ops bench compare` reads."""
 
 METRICS = ("ttft", "itl", "tpot", "e2el")
 PERCENTILES = ("p50", "p90", "p99")
@@ -100,19 +112,135 @@ def format_report(result: BenchResult, options: BenchOptions, hourly: float | No
     return "\n".join(lines) + "\n"
 
 
-def report_json(
-    result: BenchResult, options: BenchOptions, stack: str, hourly: float | None, source: str
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BenchPoint:
+    """One Job of a run: its concurrency and what vLLM's client measured."""
+
+    concurrency: int
+    result: BenchResult
+
+
+def kv_path_of(plan: Plan) -> dict[str, Any] | None:
+    """The KV path the plan chose, as the result file records it; None in aggregated mode, whose
+    replicas move no KV cache."""
+    if plan.mode == "aggregated":
+        return None
+    path, floor = plan.kv_path, plan.kv_floor
     return {
-        "stack": stack,
-        "options": asdict(options),
-        "result": asdict(result),
-        "hourly_usd": hourly,
-        "price_source": source,
-        "usd_per_million_output_tokens": dollars_per_million_output_tokens(hourly, result.output_throughput)
-        if hourly
-        else None,
+        "backends": list(path.backends),
+        "buffer_device": path.buffer_device,
+        "mechanism": path.mechanism,
+        "over_efa": path.over_efa,
+        "expected_gbytes_s": list(floor.expected_gbytes_s) if floor.expected_gbytes_s else None,
     }
+
+
+def run_document(
+    stack: str,
+    settings: Settings,
+    plan: Plan,
+    options: BenchOptions,
+    points: Sequence[BenchPoint],
+    hourly: float | None,
+    source: str,
+    label: str | None = None,
+) -> dict[str, Any]:
+    """The result file: what was measured, on what, and each point of the run."""
+    gpu, tp = plan.gpu, plan.fit.tensor_parallel_size
+    return {
+        "format": FORMAT,
+        "label": label or f"{stack} ({plan.mode})",
+        "stack": stack,
+        "mode": plan.mode,
+        "model": {"id": settings.model.id, "source": settings.model.source},
+        "gpu": {
+            "instance_type": gpu.name,
+            "gpu": gpu.describe_gpu(),
+            "gpus_per_node": gpu.gpus,
+            "nodes": settings.gpu_nodes.desired_size,
+            "workers": plan.gpu_workers,
+            "gpus_per_worker": tp,
+            "gpus": plan.gpu_workers * tp,
+        },
+        "kv_path": kv_path_of(plan),
+        "workload": {
+            "input_len": options.input_len,
+            "output_len": options.output_len,
+            "requests": options.requests,
+            "request_rate": options.request_rate if options.request_rate is not None else "inf",
+            "tokenizer": options.tokenizer or settings.model.source,
+            "client": f"vllm bench serve (vLLM {versions.VLLM_VERSION})",
+        },
+        "price": {"usd_per_hour": hourly, "source": source},
+        "points": [
+            {
+                "concurrency": point.concurrency,
+                **asdict(point.result),
+                "usd_per_million_output_tokens": dollars_per_million_output_tokens(
+                    hourly, point.result.output_throughput
+                )
+                if hourly
+                else None,
+            }
+            for point in points
+        ],
+    }
+
+
+def _latency_of(result: BenchResult) -> Callable[[str, str], float]:
+    def latency(metric: str, percentile: str) -> float:
+        return result.latencies_ms.get(metric, {}).get(percentile, math.nan)
+
+    return latency
+
+
+def format_sweep(points: Sequence[BenchPoint], hourly: float | None) -> str:
+    """One line per concurrency: what a sweep shows at a glance."""
+    lines = [
+        f"  {'concurrency':>11}{'req/s':>8}{'out tok/s':>11}{'TTFT p50':>10}{'p99':>8}{'ITL p50':>9}"
+        f"{'p99':>8}{'E2E p50':>10}{'$/1M out':>10}{'failed':>8}"
+    ]
+    for point in points:
+        r = point.result
+        lat = _latency_of(r)
+        per_million = dollars_per_million_output_tokens(hourly, r.output_throughput) if hourly else None
+        lines.append(
+            f"  {point.concurrency:>11}{r.request_throughput:>8.2f}{r.output_throughput:>11.1f}"
+            f"{lat('ttft', 'p50'):>10.0f}{lat('ttft', 'p99'):>8.0f}"
+            f"{lat('itl', 'p50'):>9.1f}{lat('itl', 'p99'):>8.1f}{lat('e2el', 'p50'):>10.0f}"
+            f"{'unknown' if per_million is None else f'${per_million:,.2f}':>10}{r.failed:>8}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_sweep(
+    api: KubeApi,
+    settings: Settings,
+    image: str,
+    options: BenchOptions,
+    concurrencies: Sequence[int],
+    progress: Callable[[str], None],
+    on_point: Callable[[list[BenchPoint]], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[BenchPoint]:
+    """One Job per concurrency, one after another (each alone on the endpoint); `on_point` gets the
+    points so far after each, so a later failure keeps what was measured."""
+    points: list[BenchPoint] = []
+    total = len(concurrencies)
+    for number, concurrency in enumerate(concurrencies, 1):
+        name = f"{options.name}-c{concurrency}" if total > 1 else options.name
+        point_options = replace(options, concurrency=concurrency, name=name)
+        progress(f"point {number} of {total}: concurrency {concurrency}, {options.requests} requests")
+        result = parse_result(run_bench(api, settings, image, point_options, progress, sleep, clock))
+        ttft = result.latencies_ms.get("ttft", {}).get("p50", math.nan)
+        progress(
+            f"point {number} of {total} done: {result.output_throughput:.1f} output tokens/s, TTFT p50 "
+            f"{ttft:.0f} ms, {result.failed} failed"
+        )
+        points.append(BenchPoint(concurrency, result))
+        on_point(list(points))
+    return points
 
 
 def run_bench(
@@ -134,12 +262,12 @@ def run_bench(
         f"{options.concurrency}"
     )
     start = clock()
-    last = ""
+    last, said = "", start
     while clock() - start < timeout_s:
         state, message = api.job_state(namespace, options.name)
-        if message != last:
-            progress(f"job {options.name}: {message}")
-            last = message
+        if message != last or clock() - said >= HEARTBEAT_S:
+            progress(f"job {options.name}: {message} ({clock() - start:.0f} s)")
+            last, said = message, clock()
         if state in ("succeeded", "failed"):
             log = api.job_logs(namespace, options.name)
             if state == "failed":

@@ -140,8 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run `vllm bench serve` from the serving image as a Job in the serving namespace, "
         "against the stack's endpoint with one client's API key (without the endpoint, the serve "
         "Service), and report TTFT, inter-token and end-to-end latency (p50, p90, p99), requests/s, output "
-        "tokens/s and dollars per million output tokens from the stack's hourly cost. --json FILE keeps the "
-        "result to compare. Exits 1 if requests failed or the Job failed.",
+        "tokens/s and dollars per million output tokens from the stack's hourly cost. The result file "
+        "(--json) records the stack, serving mode, GPUs, KV path, workload and each point; --sweep runs "
+        "one Job per concurrency. `python -m ops bench compare A.json B.json` compares result files "
+        "(--help there). Exits 1 if requests failed or the Job failed.",
     )
     of_stack(bench, "the deployed stack (its kubeconfig, endpoint and keys)")
     bench.add_argument(
@@ -151,11 +153,30 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)"
     )
+    bench.add_argument(
+        "--sweep",
+        type=_concurrencies,
+        metavar="N,N,...",
+        help="one run per concurrency, in this order (e.g. 1,4,16,64), each recorded; replaces --concurrency",
+    )
+    bench.add_argument(
+        "--request-rate",
+        type=_positive_float,
+        metavar="RPS",
+        help="requests per second, Poisson arrivals (default: all at once, up to the concurrency)",
+    )
+    bench.add_argument("--label", help="the run's name in comparisons (default: '<stack> (<mode>)')")
     bench.add_argument("--requests", type=int, default=200, metavar="N", help="requests in all (default 200)")
     bench.add_argument("--client", default=DEFAULT_CLIENT, help=f"whose API key (default {DEFAULT_CLIENT})")
     bench.add_argument("--tokenizer", help="Hugging Face tokenizer (default: the stack's model.source)")
     bench.add_argument("--name", default="bench", help="the Job's name (default bench)")
-    bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON here")
+    bench.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="the result file (default: bench-<stack>-<mode>-<UTC time>.json here), rewritten after each "
+        "point",
+    )
     bench.add_argument(
         "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig to use (default: the stack's output)"
     )
@@ -212,6 +233,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def compare_parser() -> argparse.ArgumentParser:
+    """`python -m ops bench compare`: its own parser, since `bench` itself runs a benchmark."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ops bench compare",
+        description="Compare `ops bench` result files side by side: per concurrency the runs have in "
+        "common, each metric of each run, its ratio to the first run, and the better one marked (*). "
+        "Refuses runs of different workloads (input or output length, requests, request rate, tokenizer) "
+        "unless --force. --plot FILE.html draws throughput per GPU against TTFT and ITL over the sweep, "
+        "one line per run, as a self-contained HTML page (needs plotly).",
+        epilog="Exit codes: 0 success, 2 usage, unreadable files or different workloads.",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RESULT.json", help="two or more result files")
+    parser.add_argument("--force", action="store_true", help="compare runs of different workloads anyway")
+    parser.add_argument("--plot", type=Path, metavar="FILE.html", help="also draw the comparison here")
+    parser.add_argument(
+        "--percentile",
+        choices=("p50", "p90", "p99"),
+        default="p50",
+        help="the latency percentile the picture shows (default p50)",
+    )
+    return parser
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: concurrencies as whole numbers, e.g. 1,4,16") from None
+    if any(v < 1 for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text}: distinct concurrencies of at least 1")
+    return values
+
+
 def _probe_mib(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 4096:
@@ -235,8 +289,15 @@ def main(
     popen: Popen = default_popen,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    args = build_parser().parse_args(argv)  # usage errors exit 2 here
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["bench", "compare"]:
+        args = compare_parser().parse_args(words[2:])
+        args.command = "bench compare"
+    else:
+        args = build_parser().parse_args(words)  # usage errors exit 2 here
     try:
+        if args.command == "bench compare":
+            return _bench_compare(args)
         if args.command == "render":
             return _render(args)
         if args.command == "plan":
@@ -285,10 +346,11 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Callable[[float], None]) -> int:
+    import datetime
     import json
 
     from manifests.bench import BenchOptions
-    from ops.bench import format_report, parse_result, report_json, run_bench, stack_hourly
+    from ops.bench import format_report, format_sweep, run_document, run_sweep, stack_hourly
     from planning import plan_stack
 
     settings = load_stack_settings(args.root, args.stack)
@@ -297,12 +359,14 @@ def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Calla
     for flag in ("input_len", "output_len", "concurrency", "requests"):
         if getattr(args, flag) < 1:
             raise OpsError(f"--{flag.replace('_', '-')} must be at least 1", exit_code=2)
+    concurrencies = args.sweep or (args.concurrency,)
     plan = plan_stack(settings, stack=args.stack)
     options = BenchOptions(
         input_len=args.input_len,
         output_len=args.output_len,
-        concurrency=args.concurrency,
+        concurrency=concurrencies[0],
         requests=args.requests,
+        request_rate=args.request_rate,
         client=args.client,
         tokenizer=args.tokenizer,
         name=args.name,
@@ -311,19 +375,41 @@ def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Calla
     clients = sorted(settings.endpoint.clients)
     if settings.endpoint.enabled and args.client not in clients:
         raise OpsError(f"--client {args.client}: the stack's clients are {', '.join(clients)}", exit_code=2)
+    hourly, source = stack_hourly(settings, args.root)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path: Path = args.json or Path(f"bench-{args.stack}-{plan.mode}-{stamp}.json")
+
+    def save(points: list[Any]) -> None:
+        document = run_document(args.stack, settings, plan, options, points, hourly, source, args.label)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+
     with _kubeconfig(args, run) as kubeconfig:
         _credentials_work(kubeconfig, run)
         api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(settings.serving.namespace, "unused")))
         api.check_access()
-        log = run_bench(api, settings, plan.image, options, progress, sleep=sleep)
-    result = parse_result(log)
-    hourly, source = stack_hourly(settings, args.root)
-    print(format_report(result, options, hourly, source), end="")
-    if args.json:
-        document = report_json(result, options, args.stack, hourly, source)
-        args.json.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-        progress(f"wrote {args.json}")
-    return 1 if result.failed or not result.completed else 0
+        points = run_sweep(api, settings, plan.image, options, concurrencies, progress, save, sleep=sleep)
+    for point in points:
+        print(
+            format_report(point.result, replace(options, concurrency=point.concurrency), hourly, source),
+            end="",
+        )
+    if len(points) > 1:
+        print(f"sweep of stack {args.stack} ({plan.mode}), {options.requests} requests per point:")
+        print(format_sweep(points, hourly), end="")
+    progress(f"wrote {path}")
+    failed = any(p.result.failed or not p.result.completed for p in points)
+    return 1 if failed else 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    from ops.bench_compare import compare_report, load_runs, write_plot
+
+    runs = load_runs(args.runs)
+    print(compare_report(runs, force=args.force), end="")
+    if args.plot:
+        write_plot(runs, args.plot, args.percentile)
+        progress(f"wrote {args.plot}")
+    return 0
 
 
 def _preflight(args: argparse.Namespace, run: Runner) -> int:
@@ -519,6 +605,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
     buffers over EFA by any mechanism, and no floor."""
     from ops.kv_transfer import MIB, ProbeSpec
 
+    connector = True
     if settings is None:
         backends, device, mechanism, floor = ("LIBFABRIC",), "cuda", None, None
     else:
@@ -527,6 +614,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
         plan = plan_stack(settings, stack=args.stack)
         backends, device = plan.kv_path.backends, plan.kv_path.buffer_device
         mechanism, floor = plan.kv_path.mechanism, plan.kv_floor
+        connector = plan.mode == "disaggregated"
     probe = None
     if args.kv_probe_mib:
         block = 4 * MIB if args.kv_probe_mib % 4 == 0 else MIB  # vLLM's blocks are smaller; NIXL splits
@@ -537,6 +625,7 @@ def _kv_target(args: argparse.Namespace, settings: Settings | None) -> dict[str,
             block_bytes=block,
         )
     return {
+        "kv_connector": connector,
         "kv_backends": tuple(backends),
         "kv_buffer_device": device,
         "kv_mechanism": mechanism,

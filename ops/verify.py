@@ -81,6 +81,9 @@ class VerifyTarget:
     model: str
     gateway: bool = False
     """Whether the requests go through the endpoint's gateway, which must refuse them without a key."""
+    kv_connector: bool = True
+    """Whether the workers run vLLM's NIXL connector: not with `serving.mode: aggregated`, whose
+    replicas move no KV cache (the transfer probe still measures the path disaggregation would take)."""
     kv_backends: tuple[str, ...] = ("LIBFABRIC",)
     """The NIXL backends the stack's plan chose (planning/kv_path.py): what the workers must log."""
     kv_buffer_device: str = "cuda"
@@ -468,7 +471,17 @@ def verify(
             f"streaming a chat completion from {target.model}",
             lambda: check_chat(api, target.model, clock),
         ),
-        ((CHECK_NIXL,), "finding the Ray worker pods", lambda: check_nixl_backend(api, target, progress)),
+        (
+            (CHECK_NIXL,),
+            "finding the Ray worker pods",
+            lambda: (
+                check_nixl_backend(api, target, progress)
+                if target.kv_connector
+                else CheckResult(
+                    CHECK_NIXL, True, "not used: serving.mode is aggregated, no KV cache crosses nodes"
+                )
+            ),
+        ),
     ]
     if target.kv_probe is not None:
         steps.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
@@ -80,6 +81,8 @@ class Plan:
     one (planning/context.py)."""
     warnings: tuple[str, ...] = ()
     """What preview should say but not refuse."""
+    mode: Literal["disaggregated", "aggregated"] = "disaggregated"
+    """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -106,6 +109,13 @@ class Plan:
 
     def summaries(self) -> tuple[str, ...]:
         """What the preview logs about the hardware, the fit and the KV path."""
+        if self.mode == "aggregated":
+            return (
+                self.hardware_summary(),
+                self.fit.summary(),
+                f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
+                "and decoding its own requests; no KV connector, no KV cache crosses nodes",
+            )
         return (
             self.hardware_summary(),
             self.fit.summary(),
@@ -322,7 +332,9 @@ def plan_stack(
     except ConfigError as error:
         raise ConfigError([*problems, *error.problems]) from None
     warnings += kv_warnings
-    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=kv_path.buffer_device == "cpu")
+    # Host KV buffers are NIXL's: an aggregated replica has none to hold.
+    host_kv = settings.serving.mode == "disaggregated" and kv_path.buffer_device == "cpu"
+    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv)
     if not fit.fits:
         if model.fit_check == "warn":
             warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
@@ -353,4 +365,5 @@ def plan_stack(
         warnings=tuple(warnings),
         model_cache=plan_model_cache(settings, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
+        mode=settings.serving.mode,
     )

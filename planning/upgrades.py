@@ -111,3 +111,41 @@ def cluster_change_notice(
         "this update changes the Ray cluster: Pulumi deletes and recreates the RayService, so serving "
         f"stops for about {RESTART_MINUTES} minutes{pull} (docs/design.md#upgrades)"
     )
+
+
+def mode_change_notice(
+    upgrade: UpgradePlan,
+    before: tuple[str | None, str | None],
+    after: tuple[str, str],
+    replicas: int,
+    drain_seconds: int,
+) -> str | None:
+    """What preview says when this update switches `serving.mode`: (cluster fingerprint, mode) as the
+    last deployment left them (a deployment from before the mode existed exported no mode: it was
+    disaggregated), and as this one makes them. None for the first deployment and for no switch.
+
+    Both modes run the same GPU workers, so a switch alone leaves `rayClusterConfig` as it is and
+    KubeRay applies the new serve config to the running cluster; Serve then replaces the application's
+    deployments, and the new replicas wait for the GPUs the old ones free."""
+    (old_cluster, old_mode), (new_cluster, new_mode) = before, after
+    if old_cluster is None:
+        return None
+    old_mode = old_mode or "disaggregated"
+    if old_mode == new_mode:
+        return None
+    switch = f"this update switches serving.mode from {old_mode} to {new_mode}"
+    if old_cluster != new_cluster:
+        how = "with a new Ray cluster" if upgrade.zero_downtime else "with the RayService recreated"
+        return f"{switch}, {how}: the Ray cluster changes too (see the notice on it)"
+    new = (
+        f"{replicas} aggregated replicas"
+        if new_mode == "aggregated"
+        else "the prefill and decode deployments"
+    )
+    return (
+        f"{switch} on the same Ray cluster, in place: KubeRay applies the new serve config, Serve stops "
+        f"the old deployments (each replica first finishes what it holds, up to {drain_seconds} s: "
+        f"autoscaling.gracefulShutdownSeconds) and starts {new} on the GPUs they free, so the model does "
+        f"not answer for about {RESTART_MINUTES} minutes while they load (docs/operations.md, "
+        '"Disaggregated or aggregated?")'
+    )

@@ -7,6 +7,7 @@ tokens/s come from a recorded stream timed by a fake clock.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,15 @@ def test_no_backend_logged_yet_fails(capsys, kubeconfig):
     assert f"FAIL  {CHECK_NIXL}: no NIXL backend was logged yet" in out
     assert f"{WORKERS[0]}: no NIXL backend was logged yet" in out
     assert f"{WORKERS[1]}: LIBFABRIC x2" in out
+
+
+def test_aggregated_workers_run_no_nixl_connector_so_none_is_searched_for():
+    cluster = healthy_cluster()
+    cluster.grep[WORKERS[0]] = grep_result("grep_empty.txt")
+    report = verify(cluster, replace(TARGET, kv_connector=False), clock=cluster.clock)
+    nixl = {c.name: c for c in report.checks}[CHECK_NIXL]
+    assert nixl.passed and "serving.mode is aggregated" in nixl.reason
+    assert not [c for c in cluster.calls if c[0] == "exec" and c[4] == NIXL_BACKEND_GREP]
 
 
 def test_unreadable_worker_logs_fail_with_grep_s_error():

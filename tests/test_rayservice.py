@@ -19,8 +19,8 @@ from manifests.rayservice import RayServiceManifest
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
 from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack
-from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
+from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack, stack_settings
+from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 RECORDED_STATUS = fixture_json("rayservice.json")
@@ -202,7 +202,11 @@ class TestUpstreamSchemas:
         obj = registered(run_stack(stack=stack))
         assert crd_errors(obj) == []
         assert pod_errors(worker_groups(obj)[0]["template"]["spec"]) == []
-        assert serve_errors(serve_config(obj)) == [] and pd_rule_errors(serve_config(obj)) == []
+        # each mode's builder's rules (tests/test_serving_mode.py has the aggregated stack's own tests)
+        rules = (
+            aggregated_rule_errors if stack_settings(stack).serving.mode == "aggregated" else pd_rule_errors
+        )
+        assert serve_errors(serve_config(obj)) == [] and rules(serve_config(obj)) == []
 
 
 class TestBrokenObjectsFail:

@@ -5,7 +5,8 @@
 - Kubernetes' core Pod schema (kubernetes-validate) for each pod template;
 - Ray 2.58's `ServeDeploySchema` for serveConfigV2 and Ray Serve LLM's `LLMConfig` for each side;
 - `build_pd_openai_app`'s own rules, read from Ray's source (`PDServingArgs` needs vLLM to import,
-  which the image has and our test machines do not);
+  which the image has and our test machines do not), and `build_openai_app`'s (`LLMServingArgs`, the
+  same) for `serving.mode: aggregated`;
 - a deployment's request router: Ray's `DeploymentConfig` imports the class it names, and its kwargs
   must be parameters of the class's `initialize_state`, which Serve calls with them.
 """
@@ -172,26 +173,71 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
     except ValidationError as error:
         problems.append(f"ServeDeploySchema: {error}")
     for app in serve_config.get("applications", []):
-        for side in ("prefill_config", "decode_config"):
+        args = app.get("args", {})
+        # build_openai_app's LLMServingArgs lists its LLMConfigs; build_pd_openai_app names two sides.
+        sides = (
+            {f"llm_configs[{i}]": c for i, c in enumerate(args["llm_configs"])}
+            if "llm_configs" in args
+            else {side: args.get(side, {}) for side in ("prefill_config", "decode_config")}
+        )
+        for side, config in sides.items():
             try:
-                LLMConfig.model_validate(app.get("args", {}).get(side, {}))
+                LLMConfig.model_validate(config)
             except ValidationError as error:
                 problems.append(f"{app.get('name')}.{side}: {error}")
     return problems
 
 
-@functools.cache
-def pd_serving_args_fields() -> frozenset[str]:
+def _builder_args_fields(module: str, class_name: str) -> frozenset[str]:
+    """The fields of one of Ray Serve LLM's args models, read from its source (importing it needs vLLM)."""
     import importlib.util
 
     spec = importlib.util.find_spec("ray")
     assert spec and spec.origin
-    path = Path(spec.origin).parent / "llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
-    tree = ast.parse(path.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PDServingArgs")
+    tree = ast.parse((Path(spec.origin).parent / module).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     return frozenset(
         n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
     )
+
+
+@functools.cache
+def pd_serving_args_fields() -> frozenset[str]:
+    return _builder_args_fields(
+        "llm/_internal/serve/serving_patterns/prefill_decode/builder.py", "PDServingArgs"
+    )
+
+
+@functools.cache
+def llm_serving_args_fields() -> frozenset[str]:
+    """build_openai_app's LLMServingArgs (ray/llm/_internal/serve/core/ingress/builder.py:146)."""
+    return _builder_args_fields("llm/_internal/serve/core/ingress/builder.py", "LLMServingArgs")
+
+
+def aggregated_rule_errors(serve_config: dict[str, Any]) -> list[str]:
+    """The rules build_openai_app applies (LLMServingArgs: known fields, at least one LLMConfig, unique
+    model ids), plus ours for `serving.mode: aggregated`: one model, no KV connector."""
+    problems: list[str] = []
+    for app in serve_config.get("applications", []):
+        name = app.get("name")
+        if app.get("import_path") != "ray.serve.llm:build_openai_app":
+            problems.append(f"{name}: import_path is {app.get('import_path')!r}")
+        args = app.get("args", {})
+        unknown = sorted(set(args) - llm_serving_args_fields())
+        if unknown:
+            problems.append(
+                f"{name}: args {unknown} are not LLMServingArgs fields {sorted(llm_serving_args_fields())}"
+            )
+        configs = args.get("llm_configs") or []
+        if len(configs) != 1:
+            problems.append(f"{name}: {len(configs)} llm_configs, not the stack's one model")
+        ids = [c.get("model_loading_config", {}).get("model_id") for c in configs]
+        if len(set(ids)) != len(ids):
+            problems.append(f"{name}: duplicate model ids {ids}")
+        for i, config in enumerate(configs):
+            if "kv_transfer_config" in config.get("engine_kwargs", {}):
+                problems.append(f"{name}.llm_configs[{i}]: a KV connector in an aggregated replica")
+    return problems
 
 
 DEPRECATED_PD_FIELDS = frozenset({"proxy_cls_config", "proxy_deployment_config"})

@@ -1,0 +1,181 @@
+"""`serving.mode` (issue 41): `aggregated` serves the same model with the same engine settings through
+Ray Serve LLM's `build_openai_app`, on the same GPU workers, without a KV connector, and passes Ray
+2.58's own models; the default stays the disaggregated config it always was; the fit check, the
+dashboard and the preview's upgrade notice follow the mode."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from config import load_settings
+from manifests.pd_dashboard import pd_dashboard
+from tests.fakes.pulumi import StackRun, deployed, minimal_config, run_stack, stack_file_config
+from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, serve_errors
+
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+STACK = "aggregated.example"
+AGGREGATED = {"serving": {"mode": "aggregated"}}
+
+
+def rayservice(run: StackRun) -> dict[str, Any]:
+    return run.one(RAYSERVICE).inputs
+
+
+def serve_config(run: StackRun) -> dict[str, Any]:
+    return yaml.safe_load(rayservice(run)["spec"]["serveConfigV2"])
+
+
+@pytest.fixture(scope="module")
+def aggregated() -> StackRun:
+    """The dev stack file, aggregated: the same hardware, the other mode."""
+    return run_stack(overrides=AGGREGATED)
+
+
+class TestAggregated:
+    def test_the_example_stack_file_renders_and_passes_rays_schemas(self):
+        run = run_stack(stack=STACK)
+        config = serve_config(run)
+        assert crd_errors(rayservice(run)) == []
+        assert serve_errors(config) == []  # ServeDeploySchema and LLMConfig
+        assert aggregated_rule_errors(config) == []  # LLMServingArgs, one model, no KV connector
+        assert config["applications"][0]["import_path"] == "ray.serve.llm:build_openai_app"
+
+    def test_same_model_and_engine_settings_one_deployment_no_kv_connector(self, dev_stack, aggregated):
+        (pd_app,) = serve_config(dev_stack)["applications"]
+        (app,) = serve_config(aggregated)["applications"]
+        assert (app["name"], app["route_prefix"]) == (pd_app["name"], pd_app["route_prefix"])
+        assert app["import_path"] == "ray.serve.llm:build_openai_app"
+        (llm,) = app["args"]["llm_configs"]
+        decode = pd_app["args"]["decode_config"]
+        engine = {k: v for k, v in decode["engine_kwargs"].items() if k != "kv_transfer_config"}
+        assert llm["engine_kwargs"] == engine
+        assert llm["model_loading_config"] == decode["model_loading_config"]
+        assert llm["callback_config"] == decode["callback_config"]
+        # dev: one prefill and one decode become two replicas
+        assert llm["deployment_config"]["num_replicas"] == 2
+        assert aggregated_rule_errors(serve_config(aggregated)) == []
+        assert serve_errors(serve_config(aggregated)) == []
+
+    def test_the_same_gpu_workers_so_the_ray_cluster_does_not_change(self, dev_stack, aggregated):
+        assert (
+            rayservice(aggregated)["spec"]["rayClusterConfig"]
+            == rayservice(dev_stack)["spec"]["rayClusterConfig"]
+        )
+        assert aggregated.exports["rayClusterFingerprint"] == dev_stack.exports["rayClusterFingerprint"]
+        assert (aggregated.exports["servingMode"], dev_stack.exports["servingMode"]) == (
+            "aggregated",
+            "disaggregated",
+        )
+
+    def test_autoscaling_spans_both_sides_workers_at_decodes_targets(self):
+        run = run_stack(
+            overrides={
+                **AGGREGATED,
+                "gpuNodes": {"maxSize": 4},
+                "autoscaling": {"prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 2}},
+            }
+        )
+        (llm,) = serve_config(run)["applications"][0]["args"]["llm_configs"]
+        deployment = llm["deployment_config"]
+        assert "num_replicas" not in deployment
+        scaling = deployment["autoscaling_config"]
+        assert (scaling["min_replicas"], scaling["max_replicas"]) == (2, 4)
+        assert (scaling["target_ongoing_requests"], deployment["max_ongoing_requests"]) == (32, 64)
+        assert serve_errors(serve_config(run)) == []
+
+    def test_the_default_is_the_disaggregated_config_unchanged(self, dev_stack):
+        explicit = run_stack(overrides={"serving": {"mode": "disaggregated"}})
+        assert rayservice(explicit)["spec"]["serveConfigV2"] == rayservice(dev_stack)["spec"]["serveConfigV2"]
+        assert pd_rule_errors(serve_config(dev_stack)) == []
+        assert aggregated_rule_errors(serve_config(dev_stack))  # the other builder's rules refuse it
+
+
+class TestTheRulesCanFail:
+    def test_a_kv_connector_an_unknown_arg_or_a_second_model_fail(self, aggregated):
+        config = serve_config(aggregated)
+        broken = copy.deepcopy(config)
+        broken["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"]["kv_transfer_config"] = {
+            "kv_connector": "NixlConnector"
+        }
+        assert any("KV connector" in e for e in aggregated_rule_errors(broken))
+        broken = copy.deepcopy(config)
+        broken["applications"][0]["args"]["prefill_config"] = {}
+        assert any("not LLMServingArgs fields" in e for e in aggregated_rule_errors(broken))
+        broken = copy.deepcopy(config)
+        broken["applications"][0]["args"]["llm_configs"].append(
+            copy.deepcopy(broken["applications"][0]["args"]["llm_configs"][0])
+        )
+        errors = aggregated_rule_errors(broken)
+        assert any("duplicate model ids" in e for e in errors) and any("2 llm_configs" in e for e in errors)
+
+    def test_rays_llm_config_checks_each_aggregated_replica(self, aggregated):
+        broken = serve_config(aggregated)
+        broken["applications"][0]["args"]["llm_configs"][0]["deployment_config"]["num_replicas"] = -1
+        assert any("llm_configs[0]" in e for e in serve_errors(broken))
+
+
+class TestFitAndDashboards:
+    def test_no_host_kv_buffers_in_the_fit_of_an_aggregated_replica(self):
+        from planning import plan_stack
+
+        # An attention-only model on g6 gets host KV buffers when disaggregated (planning/kv_path.py).
+        model = {"id": "m", "source": "org/m", "parametersBillions": 8, "kvCacheBytesPerToken": 131072}
+        pd = plan_stack(load_settings(minimal_config("us-east-1", model=model)), stack="t")
+        agg = plan_stack(
+            load_settings(minimal_config("us-east-1", model=model, serving={"mode": "aggregated"})), stack="t"
+        )
+        assert pd.kv_path.buffer_device == "cpu" and pd.fit.host_kv_gib > 0
+        assert agg.fit.host_kv_gib == 0
+        assert any("serving mode aggregated: 2 replicas" in line for line in agg.summaries())
+        assert not any("KV cache path" in line for line in agg.summaries())
+
+    def test_the_dashboard_follows_the_mode_and_says_what_does_not_apply(self):
+        dev = load_settings(stack_file_config("dev"))
+        pd = pd_dashboard(dev)
+        agg = pd_dashboard(load_settings(stack_file_config(STACK)))
+        assert agg["uid"] == pd["uid"] and "serving aggregated" in agg["title"]
+        panels = {p["title"]: p for p in agg["panels"]}
+        ttft = panels["Time to first token (p50, p95)"]["targets"][0]["expr"]
+        assert 'deployment=~"LLMServer:.*"' in ttft and "Prefill" not in ttft
+        assert "does not apply" in panels["KV cache over NIXL (EFA): does not apply (aggregated)"]["title"]
+        assert panels["NIXL throughput"]["description"].startswith(
+            "Does not apply to serving.mode aggregated"
+        )
+        pd_panels = {p["title"]: p for p in pd["panels"]}
+        assert (
+            'deployment=~"(Prefill|Decode):.*"'
+            in pd_panels["Time to first token (p50, p95)"]["targets"][0]["expr"]
+        )
+        assert "does not apply" not in str(pd).lower()
+
+
+class TestSwitchingModes:
+    def test_a_switch_alone_is_in_place_and_preview_says_what_happens(self, dev_stack, aggregated):
+        run = run_stack(overrides=AGGREGATED, aws=deployed(dev_stack))
+        (notice,) = [w for w in run.warnings if "serving.mode" in w]
+        assert "from disaggregated to aggregated on the same Ray cluster, in place" in notice
+        assert "starts 2 aggregated replicas" in notice and "up to 300 s" in notice
+        assert not [w for w in run.warnings if "changes the Ray cluster" in w]
+        back = run_stack(aws=deployed(aggregated))
+        (notice,) = [w for w in back.warnings if "serving.mode" in w]
+        assert "from aggregated to disaggregated" in notice and "prefill and decode deployments" in notice
+
+    def test_a_deployment_from_before_the_mode_existed_was_disaggregated(self, dev_stack):
+        before = deployed(dev_stack)
+        del before.outputs["servingMode"]
+        assert [w for w in run_stack(aws=before).warnings if "serving.mode" in w] == []
+        run = run_stack(overrides=AGGREGATED, aws=before)
+        assert [w for w in run.warnings if "from disaggregated to aggregated" in w]
+
+    def test_a_switch_with_a_cluster_change_says_so(self, dev_stack):
+        run = run_stack(
+            overrides={"serving": {"mode": "aggregated", "head": {"cpuRequest": "1.5"}}},
+            aws=deployed(dev_stack),
+        )
+        (notice,) = [w for w in run.warnings if "serving.mode" in w]
+        assert "with the RayService recreated" in notice
+        assert [w for w in run.warnings if "Pulumi deletes and recreates the RayService" in w]
