@@ -152,6 +152,21 @@ class TestFitAndDashboards:
         )
         assert "does not apply" not in str(pd).lower()
 
+    def test_the_scaling_and_routing_rows_follow_the_mode_too(self):
+        agg = pd_dashboard(load_settings(stack_file_config(STACK)))
+        panels = {p["title"]: p for p in agg["panels"]}
+        for title in ("Replicas per side: decided, target, healthy", "Prefix cache hit rate"):
+            expressions = " ".join(t["expr"] for t in panels[title]["targets"])
+            assert 'deployment=~"LLMServer:.*"' in expressions and "Prefill" not in expressions, title
+
+    def test_two_aggregated_replicas_get_the_prefix_router(self, aggregated):
+        """Each replica prefills its own requests, so a repeated prefix pays where it is cached."""
+        (app,) = serve_config(aggregated)["applications"]
+        (llm,) = app["args"]["llm_configs"]
+        router = llm["deployment_config"]["request_router_config"]
+        assert router["request_router_class"].endswith("PrefixCacheAffinityRouter")
+        assert serve_errors(serve_config(aggregated)) == []
+
 
 class TestSwitchingModes:
     def test_a_switch_alone_is_in_place_and_preview_says_what_happens(self, dev_stack, aggregated):
