@@ -521,3 +521,72 @@ def test_preflight_does_not_fail_on_the_gpu_quota_a_reservation_makes_moot():
     report, code = format_findings(preflight(reserved, run))
     assert code == 0, report
     assert "warn  Running On-Demand P instances: 0 vCPUs" in report and "holds its instances" in report
+
+
+class TestNodesTheWorkersCannotFill:
+    """Every GPU the nodes at desiredSize hold is paid for (a reservation's used or not): the plan and the
+    preview warn when the workers at their most use fewer, and say what to set."""
+
+    @staticmethod
+    def idle_warnings(**sections: dict[str, Any]) -> list[str]:
+        from planning import plan_stack
+
+        return [
+            w for w in plan_stack(stack_settings("prod", **sections), stack="prod").warnings if "idle" in w
+        ]
+
+    def test_two_p5_nodes_for_two_workers_of_one_gpu_warn_with_the_numbers_and_the_fixes(self):
+        (warning,) = self.idle_warnings(
+            gpuNodes={**P5, "capacityReservation": ODCR_ID}, model={"prefillReplicas": 1, "decodeReplicas": 1}
+        )
+        assert "use at most 2 GPU(s) (2 worker(s) x model.tensorParallelSize 1)" in warning
+        assert "gpuNodes.desiredSize 2 x p5.48xlarge hold 16: 14 GPU(s) paid for and idle" in warning
+        assert f"reservation {ODCR_ID} bills them used or not" in warning
+        assert "gpuNodes.desiredSize 1" in warning and "model.tensorParallelSize 8" in warning
+        assert "more replicas" in warning
+
+    def test_workers_that_fill_the_nodes_say_nothing(self):
+        full = {"prefillReplicas": 1, "decodeReplicas": 1, "tensorParallelSize": 8}
+        assert self.idle_warnings(gpuNodes=P5, model=full) == []
+        assert self.idle_warnings() == []  # prod: 3 workers on 3 x g6.8xlarge
+
+    def test_autoscaling_counts_at_its_maximum_replicas(self):
+        grows = {"decode": {"maxReplicas": 15}}
+        assert (
+            self.idle_warnings(
+                gpuNodes=P5, model={"prefillReplicas": 1, "decodeReplicas": 1}, autoscaling=grows
+            )
+            == []
+        )
+
+    def test_no_node_no_warning_parked_or_at_desired_size_0(self):
+        one_gpu = {"prefillReplicas": 1, "decodeReplicas": 1}
+        assert self.idle_warnings(gpuNodes={**P5, "desiredSize": 0}, model=one_gpu) == []
+        assert self.idle_warnings(gpuNodes=P5, model=one_gpu, autoscaling={"parked": True}) == []
+
+    def test_the_docs_example_uses_every_gpu(self):
+        from config import load_settings
+        from planning import plan_stack
+        from tests.fakes.pulumi import minimal_config
+        from tests.test_your_stack_files import docs_reservation_example
+
+        example = docs_reservation_example()
+        plan = plan_stack(load_settings({**minimal_config("us-east-1"), **example}), stack="reserved")
+        assert [w for w in plan.warnings if "idle" in w] == []
+        without = {**example, "ray-llm-eks:model": {}}
+        plan = plan_stack(load_settings({**minimal_config("us-east-1"), **without}), stack="reserved")
+        assert [w for w in plan.warnings if "idle" in w]  # what the example's tensor parallel size fixes
+
+    def test_ops_plan_and_preview_say_it(self, tmp_path: Path, capsys):
+        from ops.cli import main
+        from tests.fakes.pulumi import ROOT
+
+        shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+        stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+        stack["config"]["ray-llm-eks:gpuNodes"] = {**P5, "capacityReservation": ODCR_ID}
+        stack["config"]["ray-llm-eks:model"] = {"prefillReplicas": 1, "decodeReplicas": 1}
+        (tmp_path / "Pulumi.idle.yaml").write_text(yaml.safe_dump(stack))
+        assert main(["plan", "--stack", "idle", "--root", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        warnings = out.split("Warnings (a preview shows them too):", 1)[1].split("\n\n", 1)[0]
+        assert "14 GPU(s) paid for and idle" in warnings  # the program's pulumi.log.warn, as preview shows
