@@ -139,6 +139,7 @@ class TestPreflight:
         report, code = format_findings(found)
         assert code == 2
         assert "FAIL  Pulumi CLI: not on PATH" in report and "FAIL  AWS CLI v2: not on PATH" in report
+        assert "skip  region sa-east-1: skipped (no AWS CLI)" in report and "quota L-DB2E81BA" in report
 
     def test_aws_cli_v1_and_no_credentials(self):
         run = answers(
@@ -152,6 +153,13 @@ class TestPreflight:
         assert code == 2
         assert "FAIL  AWS CLI v2: aws-cli/1.45.11 Python/3.11.7: install version 2" in report
         assert "FAIL  AWS credentials: Unable to locate credentials" in report
+        # What it could not check is said, with the quota dev needs, not left out.
+        assert "skip  region sa-east-1: skipped (no AWS credentials)" in report
+        assert (
+            "skip  Running On-Demand G and VT instances: skipped (no AWS credentials): the stack needs up to "
+            "64 vCPUs of quota L-DB2E81BA in sa-east-1" in report
+        )
+        assert "skip  Running On-Demand Standard" in report and "16 vCPUs of quota L-1216C47A" in report
 
     def test_a_gpu_quota_below_what_the_stack_may_run(self):
         run = answers(
