@@ -266,7 +266,7 @@ def _summary(args: argparse.Namespace, run: Runner) -> int:
 
     try:
         outputs = stack_outputs(args.stack, args.root, run)
-    except (RuntimeError, FileNotFoundError) as error:  # no Pulumi CLI, no stack: it cannot start
+    except RuntimeError as error:  # no stack: it cannot start (no Pulumi CLI is an OpsError)
         print(f"ops: error: {error}", file=sys.stderr)
         return 2
     print(outputs_markdown(args.stack, outputs), end="")

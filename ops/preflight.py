@@ -23,7 +23,7 @@ import subprocess
 from dataclasses import dataclass
 
 from config import Settings
-from ops.stack import Runner
+from ops.stack import PULUMI_INSTALL_URL, Runner
 from planning.catalog import CATALOG
 
 QUOTAS = {
@@ -108,7 +108,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
     findings: list[Finding] = []
     pulumi = _run(run, ["pulumi", "version"])
     if pulumi is None:
-        findings.append(Finding(False, "Pulumi CLI", "not on PATH: https://www.pulumi.com/docs/install/"))
+        findings.append(Finding(False, "Pulumi CLI", f"not on PATH: {PULUMI_INSTALL_URL}"))
     else:
         findings.append(
             Finding(pulumi.returncode == 0, "Pulumi CLI", _first_line(pulumi.stdout or pulumi.stderr))
