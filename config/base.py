@@ -43,7 +43,11 @@ def raise_all(model: str, problems: list[str]) -> None:
         raise ValidationError.from_exception_data(
             model,
             [
-                InitErrorDetails(type=PydanticCustomError("value_error", problem), loc=(), input=None)
+                InitErrorDetails(
+                    type=PydanticCustomError("value_error", "{problem}", {"problem": problem}),
+                    loc=(),
+                    input=None,
+                )
                 for problem in problems
             ],
         )
