@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's dated price snapshot (the report says which).",
     )
     of_stack(plan, "stack name: reads Pulumi.NAME.yaml")
+    plan.add_argument(
+        "--reservation-kind",
+        choices=["odcr", "capacity-block"],
+        default="odcr",
+        help="what the reservation gpuNodes.capacityReservation names is mocked as (only EC2 knows): an "
+        "On-Demand Capacity Reservation (default) or a Capacity Block, active for a week from yesterday",
+    )
     preflight = commands.add_parser(
         "preflight",
         help="before `pulumi up`: Pulumi CLI, AWS CLI v2, credentials and account, region, EC2 vCPU quotas",
@@ -280,7 +287,9 @@ def _plan(args: argparse.Namespace) -> int:
     config = load_stack_config(args.root, args.stack)
     settings = load_settings(config)
     progress(f"running the program for stack {args.stack} under the mocks (a few seconds)")
-    sys.stdout.write(plan_report(args.stack, settings, config, args.root))
+    sys.stdout.write(
+        plan_report(args.stack, settings, config, args.root, reservation_kind=args.reservation_kind)
+    )
     return 0
 
 

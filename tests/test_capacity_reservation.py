@@ -577,16 +577,28 @@ class TestNodesTheWorkersCannotFill:
         plan = plan_stack(load_settings({**minimal_config("us-east-1"), **without}), stack="reserved")
         assert [w for w in plan.warnings if "idle" in w]  # what the example's tensor parallel size fixes
 
-    def test_ops_plan_and_preview_say_it(self, tmp_path: Path, capsys):
-        from ops.cli import main
-        from tests.fakes.pulumi import ROOT
 
-        shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-        stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-        stack["config"]["ray-llm-eks:gpuNodes"] = {**P5, "capacityReservation": ODCR_ID}
-        stack["config"]["ray-llm-eks:model"] = {"prefillReplicas": 1, "decodeReplicas": 1}
-        (tmp_path / "Pulumi.idle.yaml").write_text(yaml.safe_dump(stack))
-        assert main(["plan", "--stack", "idle", "--root", str(tmp_path)]) == 0
-        out = capsys.readouterr().out
-        warnings = out.split("Warnings (a preview shows them too):", 1)[1].split("\n\n", 1)[0]
-        assert "14 GPU(s) paid for and idle" in warnings  # the program's pulumi.log.warn, as preview shows
+def test_ops_plan_of_a_capacity_block_in_a_directory_of_your_own(tmp_path: Path, capsys):
+    """One `ops plan` run: the reservation mocked as a Capacity Block (`--reservation-kind`), the idle GPUs
+    warned as the program's pulumi.log.warn (what a preview shows), and the name clash checked against
+    the stack files of `--root`, not the repository's."""
+    from ops.cli import main
+    from tests.fakes.pulumi import ROOT
+
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    stack["config"]["ray-llm-eks:cluster"]["name"] = "team-gpus"
+    stack["config"]["ray-llm-eks:gpuNodes"] = {**P5, "capacityReservation": BLOCK_ID}
+    stack["config"]["ray-llm-eks:model"] = {"prefillReplicas": 1, "decodeReplicas": 1}
+    (tmp_path / "Pulumi.idle.yaml").write_text(yaml.safe_dump(stack))
+    other = fakes.minimal_config("us-east-1", cluster={"name": "team-gpus"})
+    (tmp_path / "Pulumi.other.yaml").write_text(yaml.safe_dump({"config": other}))
+    argv = ["plan", "--stack", "idle", "--root", str(tmp_path), "--reservation-kind", "capacity-block"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"Reservation {BLOCK_ID} is mocked too: an active Capacity Block of 2 x p5.48xlarge" in out
+    assert f"GPU capacity: Capacity Block {BLOCK_ID}: 2 x p5.48xlarge in us-east-1b" in out
+    assert f"on Capacity Block {BLOCK_ID}, paid up front" in out
+    warnings = out.split("Warnings (a preview shows them too):", 1)[1].split("\n\n", 1)[0]
+    assert "14 GPU(s) paid for and idle" in warnings
+    assert "cluster.name team-gpus is also Pulumi.other.yaml's cluster in us-east-1" in warnings

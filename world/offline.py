@@ -409,13 +409,16 @@ class OfflineWorld:
         settings: Settings,
         other_stacks: Mapping[str, Mapping[str, Any]],
         team_type: type[TeamCluster] = TeamCluster,
+        reservation_kind: str = "default",
     ) -> OfflineWorld:
         """The world a stack file plans against offline (`ops plan`, and every test that runs a stack
         file): a team's cluster of the name it gives, in its region's zones; the reservation it names,
         active, of its GPU type, maxSize of them, in its GPU zone (or the region's zone b), in a cluster
-        placement group, no end date. Whether it is a Capacity Block only EC2 can say; offline it is an
-        On-Demand Capacity Reservation. `team_type`: the class the team's cluster is made of (the tests'
-        answers EKS's invokes too)."""
+        placement group, no end date: an On-Demand Capacity Reservation (`reservation_kind`
+        "default", EC2's name for it). Whether it is a Capacity Block only EC2 can say: with
+        `reservation_kind` "capacity-block" it is one, active since yesterday for a week, in no
+        placement group (`ops plan --reservation capacity-block`). `team_type`: the class the team's
+        cluster is made of (the tests' answers EKS's invokes too)."""
         region = settings.region
         existing = settings.cluster.existing_cluster_name
         world = cls(
@@ -428,12 +431,15 @@ class OfflineWorld:
             return world
         gpu = settings.gpu_nodes
         found = "cr-00000000000000000" if reference.startswith("arn:") else reference
+        block = reservation_kind == "capacity-block"
         held = reservation(
             found,
+            kind=reservation_kind,
             instance_type=gpu.instance_type,
             zone=gpu.availability_zone or f"{region}b",
             total=gpu.max_size,
-            placement_group="reserved",
+            placement_group=None if block else "reserved",
+            **({"start": NOW - timedelta(days=1), "end": NOW + timedelta(days=6)} if block else {}),
         )
         groups = {reference: (found,)} if reference.startswith("arn:") else {}
         return replace(world, reservations_held=(held,), resource_groups=groups)
