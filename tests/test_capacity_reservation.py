@@ -22,7 +22,15 @@ from manifests.observability import alert_rules
 from planning.cost import cost_report
 from planning.reservation import Reservation, plan_capacity, reservations_from_api
 from tests.fakes import pulumi as fakes
-from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
+from tests.fakes.capacity import (
+    BLOCK_ID,
+    GROUP_ARN,
+    NOW,
+    ODCR_ID,
+    block,
+    docs_reservation_example,
+    reservation,
+)
 from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_settings
 from tests.validators import promtool
 
@@ -568,7 +576,6 @@ class TestNodesTheWorkersCannotFill:
         from config import load_settings
         from planning import plan_stack
         from tests.fakes.pulumi import minimal_config
-        from tests.test_your_stack_files import docs_reservation_example
 
         example = docs_reservation_example()
         plan = plan_stack(load_settings({**minimal_config("us-east-1"), **example}), stack="reserved")

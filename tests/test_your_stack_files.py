@@ -5,7 +5,6 @@ it (the cluster and the reservation it names), never the project's own mocked cl
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,11 @@ import pytest
 import yaml
 
 from tests import stack_checks
+from tests.fakes.capacity import docs_reservation_example
 from tests.fakes.pulumi import PROJECT, ROOT, YOUR_ADDRESS
 
 TEAM = {"stack": "team-a", "region": "eu-west-1", "cluster": "analytics-eks"}
 RESERVED = {"stack": "reserved-b", "region": "us-east-1", "id": "cr-0fedcba9876543210"}
-
-
-def docs_reservation_example() -> dict[str, Any]:
-    """The `gpuNodes` section docs/operations.md's "Reserved GPU capacity" shows."""
-    text = (ROOT / "docs" / "operations.md").read_text()
-    section = text.split("## Reserved GPU capacity", 1)[1]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block, "docs/operations.md's 'Reserved GPU capacity' has no YAML example"
-    return yaml.safe_load(block.group(1))
 
 
 def write(root: Path, stack: str, config: dict[str, Any]) -> None:
