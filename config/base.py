@@ -17,8 +17,10 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class StrictModel(BaseModel):
@@ -32,6 +34,23 @@ class StrictModel(BaseModel):
         frozen=True,
         validate_default=True,
     )
+
+
+def raise_all(model: str, problems: list[str]) -> None:
+    """A model validator's problems, every one at once: each becomes its own line of the loader's
+    message (a ValueError would stop at the first), under the section's key."""
+    if problems:
+        raise ValidationError.from_exception_data(
+            model,
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("value_error", "{problem}", {"problem": problem}),
+                    loc=(),
+                    input=None,
+                )
+                for problem in problems
+            ],
+        )
 
 
 DnsLabel = Annotated[

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from config.base import AcmCertificateArn, DnsLabel, StrictModel, never_public, seconds_at_most
+from config.base import AcmCertificateArn, DnsLabel, StrictModel, never_public, raise_all, seconds_at_most
 
 DEFAULT_CLIENT = "default"
 
@@ -101,28 +101,31 @@ class EndpointConfig(StrictModel):
 
     @model_validator(mode="after")
     def _reachable_safely(self) -> EndpointConfig:
+        """Every problem at once (each its own line), not one per run."""
         if not self.enabled:
             return self
+        problems = []
         if self.scheme == "internet-facing" and not self.tls:
-            raise ValueError(
+            problems.append(
                 "certificateArn is required when scheme is internet-facing: without TLS the API keys "
                 "would cross the internet in clear text (or use scheme internal)"
             )
         private = never_public(self.source_ranges)
         if self.scheme == "internet-facing" and private:
-            raise ValueError(
+            problems.append(
                 f"sourceRanges {private} are private ranges, which no connection to an internet-facing NLB "
                 "ever comes from (traffic from a VPC reaches it from its NAT's public address); list the "
                 "public ranges, or use scheme internal for clients inside the VPC"
             )
         if self.scheme == "internet-facing" and not self.source_ranges:
-            raise ValueError(
+            problems.append(
                 "sourceRanges is required when scheme is internet-facing: list who may connect (e.g. "
                 "your offices' egress ranges), or 0.0.0.0/0 for everyone"
             )
         if self.tls and not self.hostname:
-            raise ValueError(
+            problems.append(
                 "hostname is required with certificateArn: clients must connect by a name the "
                 "certificate covers, which the NLB's own name never is"
             )
+        raise_all(type(self).__name__, problems)
         return self

@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the project's dated price snapshot (the report says which).",
     )
     of_stack(plan, "stack name: reads Pulumi.NAME.yaml")
+    plan.add_argument(
+        "--reservation-kind",
+        choices=["odcr", "capacity-block"],
+        default="odcr",
+        help="what the reservation gpuNodes.capacityReservation names is mocked as (only EC2 knows): an "
+        "On-Demand Capacity Reservation (default) or a Capacity Block, active for a week from yesterday",
+    )
     preflight = commands.add_parser(
         "preflight",
         help="before `pulumi up`: Pulumi CLI, AWS CLI v2, credentials and account, region, EC2 vCPU quotas",
@@ -327,7 +334,7 @@ def _summary(args: argparse.Namespace, run: Runner) -> int:
 
     try:
         outputs = stack_outputs(args.stack, args.root, run)
-    except (RuntimeError, FileNotFoundError) as error:  # no Pulumi CLI, no stack: it cannot start
+    except RuntimeError as error:  # no stack: it cannot start (no Pulumi CLI is an OpsError)
         print(f"ops: error: {error}", file=sys.stderr)
         return 2
     print(outputs_markdown(args.stack, outputs), end="")
@@ -341,7 +348,9 @@ def _plan(args: argparse.Namespace) -> int:
     config = load_stack_config(args.root, args.stack)
     settings = load_settings(config)
     progress(f"running the program for stack {args.stack} under the mocks (a few seconds)")
-    sys.stdout.write(plan_report(args.stack, settings, config, args.root))
+    sys.stdout.write(
+        plan_report(args.stack, settings, config, args.root, reservation_kind=args.reservation_kind)
+    )
     return 0
 
 

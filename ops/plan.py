@@ -9,7 +9,9 @@ cached (`.cache/prices.json`, a day at most) when there are any, else from the p
 snapshot (planning/price_snapshot.py); the report says which.
 
 What the offline world cannot know, it says it does not know: the zones are its own (a region's zones
-a, b and c, each offering every type; the preview asks EC2), the account is 123456789012, and
+a, b and c, each offering every type; the preview asks EC2), the account is 123456789012, a named
+reservation is an On-Demand Capacity Reservation unless `--reservation-kind capacity-block` says it is a
+Capacity Block (only EC2 knows which), and
 children of pulumi-eks' and the charts' components are not counted (they register in the engine).
 """
 
@@ -53,7 +55,13 @@ def without_secrets(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def run_plan(stack: str, config: dict[str, Any], settings: Settings, root: Path) -> StackRun:
+RESERVATION_KINDS = {"odcr": "default", "capacity-block": "capacity-block"}
+"""`ops plan --reservation-kind` -> EC2's ReservationType of the mocked reservation."""
+
+
+def run_plan(
+    stack: str, config: dict[str, Any], settings: Settings, root: Path, reservation_kind: str = "odcr"
+) -> StackRun:
     """The program run offline against the stack file's offline world (world/offline.py); its refusal
     as OpsError (exit 2: the stack cannot plan)."""
     values: dict[str, Any] = {}
@@ -61,7 +69,9 @@ def run_plan(stack: str, config: dict[str, Any], settings: Settings, root: Path)
     for key, value in config.items():
         plain, secret = without_secrets(value)
         (secrets if secret else values)[key] = plain
-    world = OfflineWorld.for_stack(settings, stack_files_beside(root, stack))
+    world = OfflineWorld.for_stack(
+        settings, stack_files_beside(root, stack), reservation_kind=RESERVATION_KINDS[reservation_kind]
+    )
     try:
         return run_offline(values, stack=stack, world=world, secrets=secrets or None)
     except Exception as error:  # the program's own refusal, as a preview would print it
@@ -107,8 +117,11 @@ def plan_report(
     config: dict[str, Any],
     root: Path,
     clock: Callable[[], float] = time.time,
+    reservation_kind: str = "odcr",
 ) -> str:
-    run = run_plan(stack, config, settings, root)
+    """The report; `reservation_kind`: what the reservation the stack names is mocked as (`odcr` or
+    `capacity-block`: only EC2 knows which it is)."""
+    run = run_plan(stack, config, settings, root, reservation_kind)
     gpu, system = settings.gpu_nodes, settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
@@ -124,12 +137,20 @@ def plan_report(
             "yours: its version, subnets and add-ons decide.",
             "",
         ]
-    if gpu.capacity_reservation:
+    if gpu.capacity_reservation and reservation_kind == "capacity-block":
+        lines += [
+            f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
+            f"{gpu.max_size} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
+            "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
+            "its kind, zone, count, state and dates decide.",
+            "",
+        ]
+    elif gpu.capacity_reservation:
         lines += [
             f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
             f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
-            "(world/offline.py). A preview reads yours: its kind, zone, count, state and dates "
-            "decide.",
+            "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
+            "reads yours: its kind, zone, count, state and dates decide.",
             "",
         ]
     if run.warnings:
@@ -153,7 +174,7 @@ def plan_report(
         more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
         lines.append(f"  {count:>3}  {name}: {shown}{more}")
     prices, source = prices_for(settings, price_cache_path(root), clock)
-    world = OfflineWorld.for_stack(settings, {})
+    world = OfflineWorld.for_stack(settings, {}, reservation_kind=RESERVATION_KINDS[reservation_kind])
     reference = settings.gpu_nodes.capacity_reservation
     capacity = plan_capacity(settings, world.reservations(reference), world.now()) if reference else None
     report = cost_report(settings, prices, len(zones) or 2, capacity).format().splitlines()

@@ -6,7 +6,8 @@ EKS Pod Identity need it); credentials, and the account and identity they belong
 region; on an existing cluster (`cluster.existingClusterName`), that the cluster is there and
 ACTIVE; and the EC2 On-Demand vCPU quotas there against what the stack may run at most (maxSize of
 each node group). Every problem is reported, each on one line with what to do; exit 2 when any is
-found, 0 when none.
+found, 0 when none. What cannot be checked (no AWS CLI, no credentials, the region not answering) is
+printed as skipped, each quota with the vCPUs the stack needs of it, rather than left out.
 
 The quotas are Service Quotas' "Running On-Demand ..." vCPU limits per instance family class
 (L-DB2E81BA G and VT, L-417A185B P, L-1216C47A Standard), which EC2 enforces when the node groups
@@ -22,7 +23,7 @@ import subprocess
 from dataclasses import dataclass
 
 from config import Settings
-from ops.stack import Runner
+from ops.stack import PULUMI_INSTALL_URL, Runner
 from planning.catalog import CATALOG
 
 QUOTAS = {
@@ -45,6 +46,36 @@ class Finding:
     what: str
     detail: str
     fatal: bool = True
+    skipped: bool = False
+    """Not checked (what it needs is missing): said, with what it would check, so nothing passes unseen."""
+
+
+def _skipped(settings: Settings, why: str, region_checked: bool = False) -> list[Finding]:
+    """The checks that cannot run (`why`), each with what it would check: the region, the team's
+    cluster, and each vCPU quota with what the stack needs of it."""
+    region = settings.region
+    found = []
+    if not region_checked:
+        found.append(Finding(False, f"region {region}", f"skipped ({why})", fatal=False, skipped=True))
+    if settings.cluster.existing_cluster_name:
+        name = settings.cluster.existing_cluster_name
+        found.append(
+            Finding(
+                False, f"cluster {name}", f"skipped ({why}): that it is ACTIVE", fatal=False, skipped=True
+            )
+        )
+    for (code, name), needed in sorted(vcpus_needed(settings).items()):
+        found.append(
+            Finding(
+                False,
+                name,
+                f"skipped ({why}): the stack needs up to {needed} vCPUs of quota {code} in {region}; "
+                "raising it takes up to a day: Service Quotas console, EC2",
+                fatal=False,
+                skipped=True,
+            )
+        )
+    return found
 
 
 def _run(run: Runner, command: list[str]) -> subprocess.CompletedProcess[str] | None:
@@ -77,9 +108,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
     findings: list[Finding] = []
     pulumi = _run(run, ["pulumi", "version"])
     if pulumi is None:
-        findings.append(
-            Finding(False, "Pulumi CLI", "not on PATH: https://www.pulumi.com/docs/iac/download-install/")
-        )
+        findings.append(Finding(False, "Pulumi CLI", f"not on PATH: {PULUMI_INSTALL_URL}"))
     else:
         findings.append(
             Finding(pulumi.returncode == 0, "Pulumi CLI", _first_line(pulumi.stdout or pulumi.stderr))
@@ -89,7 +118,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
         findings.append(
             Finding(False, "AWS CLI v2", "not on PATH: https://docs.aws.amazon.com/cli/latest/userguide/")
         )
-        return findings  # nothing below can be asked without it
+        return findings + _skipped(settings, "no AWS CLI")  # nothing below can be asked without it
     version = _first_line(aws.stdout or aws.stderr)
     if version.startswith("aws-cli/2."):
         findings.append(Finding(True, "AWS CLI v2", version))
@@ -104,7 +133,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
                 False, "AWS credentials", f"{reason or 'none'}: run `aws configure sso` or set AWS_PROFILE"
             )
         )
-        return findings
+        return findings + _skipped(settings, "no AWS credentials")
     who = json.loads(identity.stdout)
     findings.append(Finding(True, "AWS credentials", f"account {who['Account']} as {who['Arn']}"))
     zones = _run(run, ["aws", "ec2", "describe-availability-zones", "--region", region, "--output", "json"])
@@ -115,7 +144,7 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
                 False, f"region {region}", f"{reason}: enable the region for the account, or pick another"
             )
         )
-        return findings
+        return findings + _skipped(settings, f"region {region} not answered", region_checked=True)
     names = [z["ZoneName"] for z in json.loads(zones.stdout).get("AvailabilityZones", [])]
     findings.append(Finding(True, f"region {region}", f"{len(names)} zones"))
     if settings.cluster.existing_cluster_name:
@@ -183,7 +212,7 @@ def _existing_cluster(run: Runner, name: str, region: str) -> Finding:
 def format_findings(findings: list[Finding]) -> tuple[str, int]:
     lines = []
     for f in findings:
-        mark = "ok  " if f.ok else ("FAIL" if f.fatal else "warn")
+        mark = "ok  " if f.ok else "skip" if f.skipped else ("FAIL" if f.fatal else "warn")
         lines.append(f"{mark}  {f.what}: {f.detail}")
     failed = [f for f in findings if not f.ok and f.fatal]
     lines.append(

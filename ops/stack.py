@@ -58,6 +58,18 @@ def load_stack_settings(root: Path, stack: str) -> Settings:
     return load_settings(load_stack_config(root, stack))
 
 
+PULUMI_INSTALL_URL = "https://www.pulumi.com/docs/iac/download-install/"
+
+
+def pulumi_missing(needed_for: str) -> OpsError:
+    """What every command that needs the Pulumi CLI says when it is not there (exit 2)."""
+    return OpsError(
+        f"the pulumi CLI is not installed (or not on PATH), so {needed_for}; "
+        f"install it: {PULUMI_INSTALL_URL}",
+        exit_code=2,
+    )
+
+
 def stack_output(stack: str, root: Path, name: str, run: Runner = subprocess.run) -> Any:
     """One output of the deployed stack, secrets shown (`pulumi stack output NAME --show-secrets --json`)."""
     command = ["pulumi", "stack", "output", name, "--show-secrets", "--json", "--stack", stack]
@@ -65,10 +77,8 @@ def stack_output(stack: str, root: Path, name: str, run: Runner = subprocess.run
     try:
         result = run(command, cwd=root, capture_output=True, text=True, timeout=120, check=False)
     except FileNotFoundError:
-        raise OpsError(
-            f"the pulumi CLI is not installed (or not on PATH), so output {name} cannot be read from stack "
-            f"{stack}; install it, or pass what it gives by hand (see --help)",
-            exit_code=2,
+        raise pulumi_missing(
+            f"output {name} cannot be read from stack {stack} (or pass what it gives by hand: see --help)"
         ) from None
     except subprocess.TimeoutExpired:
         raise OpsError(f"`{shown}` did not answer within 120 s", exit_code=2) from None

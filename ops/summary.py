@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ops.stack import Runner
+from ops.stack import Runner, pulumi_missing
 
 MASKED = "[secret]"
 ORDER = ("endpointUrl", "loadBalancerHostname", "clusterName", "namespace", "serviceName", "modelId")
@@ -20,14 +20,17 @@ ORDER = ("endpointUrl", "loadBalancerHostname", "clusterName", "namespace", "ser
 
 
 def stack_outputs(stack: str, root: Path, run: Runner = subprocess.run) -> dict[str, Any]:
-    result = run(
-        ["pulumi", "stack", "output", "--json", "--stack", stack],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    try:
+        result = run(
+            ["pulumi", "stack", "output", "--json", "--stack", stack],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise pulumi_missing(f"stack {stack}'s outputs cannot be read") from None
     if result.returncode != 0:
         raise RuntimeError(f"pulumi stack output failed: {result.stderr.strip()}")
     return json.loads(result.stdout or "{}")

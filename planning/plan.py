@@ -169,6 +169,39 @@ def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
     return summary, " or ".join(fixes)
 
 
+def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_workers: int) -> str | None:
+    """The warning when the GPU workers, at their most (maximum replicas x tensorParallelSize), use
+    fewer GPUs than the GPU nodes at desiredSize hold, with what to set; None when they can use them
+    all, or when no GPU node runs (parked, or desiredSize 0). GPUs a node's EFA interfaces leave idle
+    are `_idle_gpus`'."""
+    nodes = 0 if settings.autoscaling.parked else settings.gpu_nodes.desired_size
+    tp = settings.model.tensor_parallel_size
+    if not nodes or not per_node or max_workers >= nodes * per_node:
+        return None
+    used, held = max_workers * tp, nodes * gpu.gpus
+    needed = -(-max_workers // per_node)  # ceil: the nodes the workers fill
+    reserved = settings.gpu_nodes.capacity_reservation
+    billed = f" (reservation {reserved} bills them used or not)" if reserved else ""
+    fixes = [f"gpuNodes.desiredSize {needed} (and minSize/maxSize to match)"]
+    if gpu.gpus > 1:
+        fixes.append("a gpuNodes.instanceType with fewer GPUs")
+    larger = [
+        t
+        for t in range(tp + 1, gpu.gpus + 1)
+        if gpu.gpus % t == 0 and max_workers <= nodes * pods_per_node(gpu, t) and max_workers * t <= held
+    ]
+    if larger:
+        fixes.append(f"model.tensorParallelSize {larger[-1]}")
+    fixes.append(
+        "more replicas (model.prefillReplicas and model.decodeReplicas, or autoscaling's maxReplicas)"
+    )
+    return (
+        f"{PROJECT}:gpuNodes: the GPU workers use at most {used} GPU(s) ({max_workers} worker(s) x "
+        f"model.tensorParallelSize {tp}), but gpuNodes.desiredSize {nodes} x {gpu.name} hold {held}: "
+        f"{held - used} GPU(s) paid for and idle{billed}; set " + ", or ".join(fixes)
+    )
+
+
 def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int, shm: str) -> list[str]:
     """Worker pods that could never be scheduled, or never start."""
     worker = settings.serving.worker
@@ -304,6 +337,9 @@ def plan_stack(
         warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
     elif idle:
         problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
+    idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
+    if idle_nodes:
+        warnings.append(idle_nodes)
     if max_workers > capacity:
         which = (
             "model.prefillReplicas + model.decodeReplicas"

@@ -11,8 +11,10 @@ shows instead, labelled as such, with its date. The figures are AWS's, never est
   AWS's pricing pages give them for us-east-1 (restated in rulestamp-cloud-cost-landmine-lint 0.1.8,
   PyPI, 2026-10-07).
 
-Only us-east-1 is in it: no registry this project installs from carries other regions' prices. A plan
-for another region shows the us-east-1 figures and says so; prices there are usually higher.
+Only us-east-1 is in it: no registry this project installs from carries other regions' prices (Karpenter
+generates its table for us-east-1 alone), and none is estimated here. A plan for another region (dev's
+sa-east-1 among them) shows the us-east-1 figures and says so: prices there may differ, either way;
+a preview there, or `ops plan` after one, uses that region's own (planning/cost.py).
 """
 
 from __future__ import annotations
@@ -58,5 +60,5 @@ def snapshot_prices(region: str, keys: list[str]) -> tuple[dict[str, float | Non
     """The snapshot's figures for `keys`, and the label a report shows with them."""
     label = f"price snapshot of {SNAPSHOT_DATE}, {SNAPSHOT_REGION}"
     if region != SNAPSHOT_REGION:
-        label += f" figures standing in for {region}, where on-demand prices are usually higher"
+        label += f" figures standing in for {region}, whose on-demand prices may differ (a preview asks AWS)"
     return {key: PRICES.get(key) for key in keys}, label

@@ -24,7 +24,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planning.cost import PRICE_CACHE_ENV
-from tests.fakes.pulumi import RUN_CACHE_ENV, StackRun, run_stack
+from tests import stack_checks
+from tests.fakes.pulumi import RUN_CACHE_ENV, STACK_FILES, STACK_ROOT_ENV, StackRun, run_stack
 
 # A stack run allocates a few hundred thousand short-lived objects and leaves the rest frozen
 # (tests/fakes/pulumi.py): collecting the youngest generation every 700 allocations was a tenth of a run.
@@ -38,6 +39,16 @@ if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without 
     (SESSION_DIR / "runs").mkdir()
     os.environ[PRICE_CACHE_ENV] = str(SESSION_DIR / "prices.json")
     os.environ[RUN_CACHE_ENV] = str(SESSION_DIR / "runs")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{stack_checks.MARK}: checks every stack file in one test")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On another directory's stack files (tests/stack_checks.py), only the stack checks run."""
+    if os.environ.get(STACK_ROOT_ENV):
+        stack_checks.select(items, config, STACK_FILES)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -6,7 +6,6 @@ import functools
 from typing import Any
 
 from tests.chart_values import SUBCHARTS, chart_name, leaves
-from tests.fakes.existing import TeamCluster
 from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, AwsState, run_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -24,8 +23,9 @@ def releases() -> list[tuple[str, str, str, dict[str, Any]]]:
     existing-cluster stack file where the stack installs every add-on of its own."""
     runs = [(stack, run_stack(stack=stack)) for stack in STACKS]
     for stack in EXISTING_CLUSTER_STACKS:
-        bare = TeamCluster(deployments=(), prometheuses=(), crds=())
-        runs.append((stack + OWN_ADDONS, run_stack(stack=stack, aws=AwsState(team=bare))))
+        runs.append(
+            (stack + OWN_ADDONS, run_stack(stack=stack, aws=AwsState.for_stack(stack).without_team_addons()))
+        )
     found = []
     for stack, run in runs:
         for release in run.of_type(RELEASE):

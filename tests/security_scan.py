@@ -25,7 +25,7 @@ import yaml
 from config import load_settings
 from ops.render import manifests
 from ops.stack import load_stack_config
-from tests.fakes.pulumi import plan_of
+from tests.fakes.pulumi import STACK_ROOT, plan_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKOV_VERSION = "3.3.30"
@@ -91,7 +91,9 @@ SKIPS: dict[str, dict[str, str]] = {
 
 
 def stacks() -> list[str]:
-    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml"))
+    return sorted(
+        p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_ROOT.glob("Pulumi.*.yaml")
+    )
 
 
 def ray_pods(rayservice: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,7 +121,7 @@ def ray_pods(rayservice: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def scan_input(stack: str) -> list[dict[str, Any]]:
-    settings = load_settings(load_stack_config(ROOT, stack))
+    settings = load_settings(load_stack_config(STACK_ROOT, stack))
     objects = manifests(settings, plan_of(stack))
     extra = [pod for o in objects if o["kind"] == "RayService" for pod in ray_pods(o)]
     return objects + extra

@@ -22,7 +22,15 @@ from manifests.observability import alert_rules
 from planning.cost import cost_report
 from planning.reservation import Reservation, plan_capacity, reservations_from_api
 from tests.fakes import pulumi as fakes
-from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
+from tests.fakes.capacity import (
+    BLOCK_ID,
+    GROUP_ARN,
+    NOW,
+    ODCR_ID,
+    block,
+    docs_reservation_example,
+    reservation,
+)
 from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_settings
 from tests.validators import promtool
 
@@ -521,3 +529,83 @@ def test_preflight_does_not_fail_on_the_gpu_quota_a_reservation_makes_moot():
     report, code = format_findings(preflight(reserved, run))
     assert code == 0, report
     assert "warn  Running On-Demand P instances: 0 vCPUs" in report and "holds its instances" in report
+
+
+class TestNodesTheWorkersCannotFill:
+    """Every GPU the nodes at desiredSize hold is paid for (a reservation's used or not): the plan and the
+    preview warn when the workers at their most use fewer, and say what to set."""
+
+    @staticmethod
+    def idle_warnings(**sections: dict[str, Any]) -> list[str]:
+        from planning import plan_stack
+
+        return [
+            w for w in plan_stack(stack_settings("prod", **sections), stack="prod").warnings if "idle" in w
+        ]
+
+    def test_two_p5_nodes_for_two_workers_of_one_gpu_warn_with_the_numbers_and_the_fixes(self):
+        (warning,) = self.idle_warnings(
+            gpuNodes={**P5, "capacityReservation": ODCR_ID}, model={"prefillReplicas": 1, "decodeReplicas": 1}
+        )
+        assert "use at most 2 GPU(s) (2 worker(s) x model.tensorParallelSize 1)" in warning
+        assert "gpuNodes.desiredSize 2 x p5.48xlarge hold 16: 14 GPU(s) paid for and idle" in warning
+        assert f"reservation {ODCR_ID} bills them used or not" in warning
+        assert "gpuNodes.desiredSize 1" in warning and "model.tensorParallelSize 8" in warning
+        assert "more replicas" in warning
+
+    def test_workers_that_fill_the_nodes_say_nothing(self):
+        full = {"prefillReplicas": 1, "decodeReplicas": 1, "tensorParallelSize": 8}
+        assert self.idle_warnings(gpuNodes=P5, model=full) == []
+        assert self.idle_warnings() == []  # prod: 3 workers on 3 x g6.8xlarge
+
+    def test_autoscaling_counts_at_its_maximum_replicas(self):
+        grows = {"decode": {"maxReplicas": 15}}
+        assert (
+            self.idle_warnings(
+                gpuNodes=P5, model={"prefillReplicas": 1, "decodeReplicas": 1}, autoscaling=grows
+            )
+            == []
+        )
+
+    def test_no_node_no_warning_parked_or_at_desired_size_0(self):
+        one_gpu = {"prefillReplicas": 1, "decodeReplicas": 1}
+        assert self.idle_warnings(gpuNodes={**P5, "desiredSize": 0}, model=one_gpu) == []
+        assert self.idle_warnings(gpuNodes=P5, model=one_gpu, autoscaling={"parked": True}) == []
+
+    def test_the_docs_example_uses_every_gpu(self):
+        from config import load_settings
+        from planning import plan_stack
+        from tests.fakes.pulumi import minimal_config
+
+        example = docs_reservation_example()
+        plan = plan_stack(load_settings({**minimal_config("us-east-1"), **example}), stack="reserved")
+        assert [w for w in plan.warnings if "idle" in w] == []
+        without = {**example, "ray-llm-eks:model": {}}
+        plan = plan_stack(load_settings({**minimal_config("us-east-1"), **without}), stack="reserved")
+        assert [w for w in plan.warnings if "idle" in w]  # what the example's tensor parallel size fixes
+
+
+def test_ops_plan_of_a_capacity_block_in_a_directory_of_your_own(tmp_path: Path, capsys):
+    """One `ops plan` run: the reservation mocked as a Capacity Block (`--reservation-kind`), the idle GPUs
+    warned as the program's pulumi.log.warn (what a preview shows), and the name clash checked against
+    the stack files of `--root`, not the repository's."""
+    from ops.cli import main
+    from tests.fakes.pulumi import ROOT
+
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    stack["config"]["ray-llm-eks:cluster"]["name"] = "team-gpus"
+    stack["config"]["ray-llm-eks:gpuNodes"] = {**P5, "capacityReservation": BLOCK_ID}
+    stack["config"]["ray-llm-eks:model"] = {"prefillReplicas": 1, "decodeReplicas": 1}
+    (tmp_path / "Pulumi.idle.yaml").write_text(yaml.safe_dump(stack))
+    other = fakes.minimal_config("us-east-1", cluster={"name": "team-gpus"})
+    (tmp_path / "Pulumi.other.yaml").write_text(yaml.safe_dump({"config": other}))
+    argv = ["plan", "--stack", "idle", "--root", str(tmp_path), "--reservation-kind", "capacity-block"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"Reservation {BLOCK_ID} is mocked too: an active Capacity Block of 2 x p5.48xlarge" in out
+    assert f"GPU capacity: Capacity Block {BLOCK_ID}: 2 x p5.48xlarge in us-east-1b" in out
+    assert f"on Capacity Block {BLOCK_ID}, paid up front" in out
+    warnings = out.split("Warnings (a preview shows them too):", 1)[1].split("\n\n", 1)[0]
+    assert "14 GPU(s) paid for and idle" in warnings
+    assert "cluster.name team-gpus is also Pulumi.other.yaml's cluster in us-east-1" in warnings

@@ -326,6 +326,21 @@ class TestTheLoadBalancer:
         with pytest.raises(ConfigError, match=message):
             run_stack(overrides={"endpoint": endpoint})
 
+    def test_every_problem_of_an_endpoint_is_said_at_once(self):
+        from config import load_settings
+        from tests.fakes.pulumi import minimal_config
+
+        with pytest.raises(ConfigError) as caught:
+            load_settings(
+                minimal_config(
+                    "sa-east-1", endpoint={"scheme": "internet-facing", "sourceRanges": ["10.0.0.0/8"]}
+                )
+            )
+        problems = caught.value.problems
+        assert len(problems) == 2, problems  # not one per run
+        assert problems[0].startswith("ray-llm-eks:endpoint: certificateArn is required")
+        assert problems[1].startswith("ray-llm-eks:endpoint: sourceRanges ['10.0.0.0/8'] are private ranges")
+
     def test_outputs_the_url_and_the_nlb_name(self, dev_stack):
         assert dev_stack.exports["loadBalancerHostname"] == NLB_HOSTNAME
         assert dev_stack.exports["endpointUrl"] == f"http://{NLB_HOSTNAME}/v1"

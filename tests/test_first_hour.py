@@ -55,6 +55,7 @@ class TestAStackFileOfYourOwn:
         prices, label = snapshot_prices("sa-east-1", ["ec2:g6.8xlarge", "nat"])
         assert prices == {"ec2:g6.8xlarge": 2.0144, "nat": 0.045}
         assert SNAPSHOT_DATE in label and "us-east-1 figures standing in for sa-east-1" in label
+        assert "may differ" in label and "higher" not in label  # no guess at which way
         assert "standing in" not in snapshot_prices("us-east-1", ["nat"])[1]
 
 
@@ -139,6 +140,7 @@ class TestPreflight:
         report, code = format_findings(found)
         assert code == 2
         assert "FAIL  Pulumi CLI: not on PATH" in report and "FAIL  AWS CLI v2: not on PATH" in report
+        assert "skip  region sa-east-1: skipped (no AWS CLI)" in report and "quota L-DB2E81BA" in report
 
     def test_aws_cli_v1_and_no_credentials(self):
         run = answers(
@@ -152,6 +154,13 @@ class TestPreflight:
         assert code == 2
         assert "FAIL  AWS CLI v2: aws-cli/1.45.11 Python/3.11.7: install version 2" in report
         assert "FAIL  AWS credentials: Unable to locate credentials" in report
+        # What it could not check is said, with the quota dev needs, not left out.
+        assert "skip  region sa-east-1: skipped (no AWS credentials)" in report
+        assert (
+            "skip  Running On-Demand G and VT instances: skipped (no AWS credentials): the stack needs up to "
+            "64 vCPUs of quota L-DB2E81BA in sa-east-1" in report
+        )
+        assert "skip  Running On-Demand Standard" in report and "16 vCPUs of quota L-1216C47A" in report
 
     def test_a_gpu_quota_below_what_the_stack_may_run(self):
         run = answers(

@@ -14,8 +14,15 @@ from config.base import SAFE_LOADER
 from ops.cli import main
 from ops.render import KEY_PLACEHOLDER, RAY_TOKEN_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
 from ops.stack import load_stack_config
-from tests.fakes.existing import TeamCluster
-from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, ROOT, STACKS, AwsState, minimal_config, run_stack
+from tests.fakes.pulumi import (
+    EXISTING_CLUSTER_STACKS,
+    ROOT,
+    STACK_ROOT,
+    STACKS,
+    AwsState,
+    minimal_config,
+    run_stack,
+)
 
 ENDPOINT_KINDS = (
     "GatewayClass",
@@ -45,13 +52,15 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
     """On a team's cluster, render takes the VPC's ranges and renders `auto` add-ons as installed: the
     program is run where the team runs none, so it installs them too."""
     existing = stack in EXISTING_CLUSTER_STACKS
-    team = TeamCluster(deployments=(), prometheuses=(), crds=())
+    aws = AwsState.for_stack(stack).without_team_addons()
+    team = aws.team
+    assert team is not None
     ranges = [arg for cidr in team.vpc_cidrs for arg in ("--vpc-cidr", cidr)] if existing else []
     code, out, err = render(
-        capsys, "--stack", stack, "--account-id", "123456789012", *ranges
+        capsys, "--stack", stack, "--root", str(STACK_ROOT), "--account-id", "123456789012", *ranges
     )  # the mocks' account
 
-    run = run_stack(stack=stack, aws=AwsState(team=team)) if existing else run_stack(stack=stack)
+    run = run_stack(stack=stack, aws=aws) if existing else run_stack(stack=stack)
     kinds = (
         "Namespace",
         "NetworkPolicy",

@@ -42,3 +42,15 @@ def test_a_failing_pulumi_is_a_failed_summary(capsys):
 
     assert main(["summary", "--stack", "x"], run=run) == 2  # it could not start: exit 2, as every command
     assert "no stack named" in capsys.readouterr().err
+
+
+def test_no_pulumi_cli_says_so_as_every_command_does(capsys):
+    def run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError(2, "No such file or directory", command[0])
+
+    assert main(["summary", "--stack", "dev"], run=run) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "ops: error: the pulumi CLI is not installed (or not on PATH), so stack dev's outputs"
+    )
+    assert "https://www.pulumi.com/docs/iac/download-install/" in err and "Errno" not in err

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from config import Settings
 from planning.addons import Inventory, inventory_from_api
@@ -168,6 +168,7 @@ class TeamCluster:
     monitors labelled `release: kube-prometheus-stack`) and Cluster Autoscaler."""
 
     name: str = TEAM_CLUSTER
+    region: str = TEAM_REGION
     version: str = "1.34"
     status: str = "ACTIVE"
     authentication_mode: str = "API_AND_CONFIG_MAP"
@@ -201,19 +202,19 @@ class TeamCluster:
     """False: the Kubernetes API refuses whoever runs Pulumi (no access entry)."""
 
     @classmethod
-    def named(cls, name: str, region: str) -> TeamCluster:
-        """The default team cluster under another name, its subnets in `region`'s zones a to d (what
-        `ops plan` runs a stack file naming any cluster against)."""
+    def named(cls, name: str, region: str) -> Self:
+        """The default team cluster under another name, in `region`, its subnets in the region's zones a
+        to d (what a stack file naming any cluster runs against offline)."""
         subnets = tuple(replace(s, zone=f"{region}{s.zone[-1]}") for s in DEFAULT_SUBNETS)
-        return cls(name=name, subnets=subnets)
+        return cls(name=name, region=region, subnets=subnets)
 
     @property
     def arn(self) -> str:
-        return f"arn:aws:eks:{TEAM_REGION}:123456789012:cluster/{self.name}"
+        return f"arn:aws:eks:{self.region}:123456789012:cluster/{self.name}"
 
     @property
     def endpoint(self) -> str:
-        return f"https://{self.name.upper()}0123456789ABCDEF.gr7.{TEAM_REGION}.eks.amazonaws.com"
+        return f"https://{self.name.upper()}0123456789ABCDEF.gr7.{self.region}.eks.amazonaws.com"
 
     @property
     def oidc_issuer(self) -> str:
@@ -403,16 +404,26 @@ class OfflineWorld:
     """The `config:` of the project's other stack files."""
 
     @classmethod
-    def for_stack(cls, settings: Settings, other_stacks: Mapping[str, Mapping[str, Any]]) -> OfflineWorld:
-        """The world a stack file plans against offline: a team's cluster of the name it gives, in its
-        region's zones; the reservation it names, active, of its GPU type, maxSize of them, in its GPU
-        zone (or the region's zone b), in a cluster placement group, no end date. Whether it is a
-        Capacity Block only EC2 can say; offline it is an On-Demand Capacity Reservation."""
+    def for_stack(
+        cls,
+        settings: Settings,
+        other_stacks: Mapping[str, Mapping[str, Any]],
+        team_type: type[TeamCluster] = TeamCluster,
+        reservation_kind: str = "default",
+    ) -> OfflineWorld:
+        """The world a stack file plans against offline (`ops plan`, and every test that runs a stack
+        file): a team's cluster of the name it gives, in its region's zones; the reservation it names,
+        active, of its GPU type, maxSize of them, in its GPU zone (or the region's zone b), in a cluster
+        placement group, no end date: an On-Demand Capacity Reservation (`reservation_kind`
+        "default", EC2's name for it). Whether it is a Capacity Block only EC2 can say: with
+        `reservation_kind` "capacity-block" it is one, active since yesterday for a week, in no
+        placement group (`ops plan --reservation capacity-block`). `team_type`: the class the team's
+        cluster is made of (the tests' answers EKS's invokes too)."""
         region = settings.region
         existing = settings.cluster.existing_cluster_name
         world = cls(
             region=region,
-            team=TeamCluster.named(existing, region) if existing else TeamCluster(),
+            team=team_type.named(existing, region) if existing else team_type(),
             other_stacks=other_stacks,
         )
         reference = settings.gpu_nodes.capacity_reservation
@@ -420,12 +431,15 @@ class OfflineWorld:
             return world
         gpu = settings.gpu_nodes
         found = "cr-00000000000000000" if reference.startswith("arn:") else reference
+        block = reservation_kind == "capacity-block"
         held = reservation(
             found,
+            kind=reservation_kind,
             instance_type=gpu.instance_type,
             zone=gpu.availability_zone or f"{region}b",
             total=gpu.max_size,
-            placement_group="reserved",
+            placement_group=None if block else "reserved",
+            **({"start": NOW - timedelta(days=1), "end": NOW + timedelta(days=6)} if block else {}),
         )
         groups = {reference: (found,)} if reference.startswith("arn:") else {}
         return replace(world, reservations_held=(held,), resource_groups=groups)

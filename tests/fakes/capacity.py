@@ -6,12 +6,25 @@ The offline world's clock stands at NOW, so a reservation's dates are fixed and 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from world.offline import NOW, iso, reservation
 
-__all__ = ["BLOCK_ID", "GROUP_ARN", "NOW", "ODCR_ID", "block", "iso", "reservation"]
+__all__ = [
+    "BLOCK_ID",
+    "GROUP_ARN",
+    "NOW",
+    "ODCR_ID",
+    "block",
+    "docs_reservation_example",
+    "iso",
+    "reservation",
+]
 
 BLOCK_ID = "cr-0b10c0000000000a1"
 ODCR_ID = "cr-0dc70000000000001"
@@ -30,3 +43,12 @@ def block(**changes: Any) -> dict[str, Any]:
         **changes,
     }
     return reservation(BLOCK_ID, **given)
+
+
+def docs_reservation_example() -> dict[str, Any]:
+    """The stack-file sections (`gpuNodes`, `model`) docs/operations.md's "Reserved GPU capacity" shows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("## Reserved GPU capacity", 1)[1]
+    example = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert example, "docs/operations.md's 'Reserved GPU capacity' has no YAML example"
+    return yaml.safe_load(example.group(1))

@@ -42,6 +42,11 @@ from world.offline import CALLER_ARN, DEFAULT_OFFERINGS, INSTANCE_TYPES, NOW, Of
 __all__ = ["FAKE_PRICES", "NLB_HOSTNAME", "NOW", "Registration", "Secret", "StackRun", "mock_id"]
 
 ROOT = Path(__file__).resolve().parents[2]
+STACK_ROOT_ENV = "STACK_CHECKS_ROOT"
+"""A directory whose stack files the suite checks instead of the project's (tests/stack_checks.py runs
+the stack checks on one); unset, the project's."""
+STACK_ROOT = Path(os.environ.get(STACK_ROOT_ENV) or ROOT)
+"""Where the stack files the suite runs are."""
 
 
 def _stack_files() -> list[str]:
@@ -49,10 +54,10 @@ def _stack_files() -> list[str]:
     list where there is a checkout, else every file."""
     try:
         listed = subprocess.run(
-            ["git", "ls-files", "Pulumi.*.yaml"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "ls-files", "Pulumi.*.yaml"], cwd=STACK_ROOT, capture_output=True, text=True, check=True
         ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        listed = [p.name for p in ROOT.glob("Pulumi.*.yaml")]
+        listed = [p.name for p in STACK_ROOT.glob("Pulumi.*.yaml")]
     return sorted(name.removeprefix("Pulumi.").removesuffix(".yaml") for name in listed)
 
 
@@ -65,7 +70,7 @@ def _config_problem(stack: str) -> str | None:
     from config import ConfigError, load_settings
 
     try:
-        load_settings(yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"])
+        load_settings(yaml.safe_load((STACK_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"])
     except ConfigError as error:
         return str(error)
     except (KeyError, TypeError, yaml.YAMLError) as error:
@@ -104,6 +109,38 @@ class AwsState:
     items."""
     resource_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Resource group ARN -> the IDs of the capacity reservations in it."""
+
+    @classmethod
+    def for_config(cls, config: dict[str, Any]) -> AwsState:
+        """The account a stack file's config runs against, as `ops plan` mocks it
+        (`OfflineWorld.for_stack`): the team's cluster it names, in its region; the reservation it
+        names. A config the loader refuses gets the default account (the program refuses it anyway)."""
+        from config import ConfigError, load_settings
+
+        try:
+            settings = load_settings(config)
+        except (ConfigError, ValueError, TypeError, KeyError):
+            return cls()
+        return cls.for_settings(settings)
+
+    @classmethod
+    def for_settings(cls, settings: Any) -> AwsState:
+        world = OfflineWorld.for_stack(settings, {}, team_type=TeamCluster)
+        assert isinstance(world.team, TeamCluster)  # made of `team_type`
+        return cls(
+            team=world.team, reservations=world.reservations_held, resource_groups=dict(world.resource_groups)
+        )
+
+    @classmethod
+    def for_stack(cls, stack: str) -> AwsState:
+        """The account a stack file runs against (`for_config`)."""
+        return cls.for_config(stack_file_config(stack))
+
+    def without_team_addons(self) -> AwsState:
+        """This account with a team's cluster that runs none of the add-ons (no Load Balancer
+        Controller, Prometheus or Cluster Autoscaler, none of their CRDs): the stack installs its own."""
+        team = self.team and replace(self.team, deployments=(), prometheuses=(), crds=())
+        return replace(self, team=team)
 
     def world(
         self,
@@ -275,7 +312,7 @@ def minimal_config(region: str, **sections: dict[str, Any]) -> dict[str, Any]:
 
 def stack_file_config(stack: str = "dev") -> dict[str, Any]:
     """A stack file's config as YAML values (what `ops render` reads)."""
-    return load_yaml((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return load_yaml((STACK_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
 
 
 def stack_settings(stack: str = "dev", **sections: dict[str, Any]) -> Any:
@@ -308,7 +345,7 @@ def plan_of(stack: str = "dev", team: TeamCluster | None = None, **sections: dic
     plan = plan_stack(settings, stack=stack)
     if not settings.cluster.existing_cluster_name:
         return plan
-    team = team or TeamCluster()
+    team = team or AwsState.for_settings(settings).team or TeamCluster()
     offered = DEFAULT_OFFERINGS.get(settings.region, {}).get(settings.gpu_nodes.instance_type) or [
         f"{settings.region}{z}" for z in "abc"
     ]
@@ -391,7 +428,7 @@ def run_stack(
         values[name] = {**values.get(name, {}), **changes}
     values.update(secrets or {})
 
-    state = aws or AwsState()
+    state = aws or AwsState.for_config(values)
     region = str(values.get("aws:region"))
     mocks = StackMocks(
         offerings if offerings is not None else DEFAULT_OFFERINGS,

@@ -1,0 +1,69 @@
+"""A team's own stack files pass the suite's stack checks (tests/stack_checks.py): a copy of
+Pulumi.byo.example.yaml under another stack name, region and cluster name, and docs/operations.md's
+reserved-capacity example with another reservation ID. Each runs against the world `ops plan` mocks for
+it (the cluster and the reservation it names), never the project's own mocked cluster and IDs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import stack_checks
+from tests.fakes.capacity import docs_reservation_example
+from tests.fakes.pulumi import PROJECT, ROOT, YOUR_ADDRESS
+
+TEAM = {"stack": "team-a", "region": "eu-west-1", "cluster": "analytics-eks"}
+RESERVED = {"stack": "reserved-b", "region": "us-east-1", "id": "cr-0fedcba9876543210"}
+
+
+def write(root: Path, stack: str, config: dict[str, Any]) -> None:
+    (root / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("team-root")
+    byo = yaml.safe_load((ROOT / "Pulumi.byo.example.yaml").read_text())["config"]
+    byo["aws:region"] = TEAM["region"]
+    byo[f"{PROJECT}:cluster"]["existingClusterName"] = TEAM["cluster"]
+    write(root, TEAM["stack"], byo)
+    example = docs_reservation_example()
+    gpu = dict(example[f"{PROJECT}:gpuNodes"])
+    assert str(gpu["capacityReservation"]).startswith("cr-") and gpu["capacityReservation"] != RESERVED["id"]
+    example[f"{PROJECT}:gpuNodes"] = {**gpu, "capacityReservation": RESERVED["id"]}
+    write(
+        root,
+        RESERVED["stack"],
+        {
+            "aws:region": RESERVED["region"],
+            f"{PROJECT}:cluster": {"publicAccessCidrs": [YOUR_ADDRESS]},
+            **example,
+        },
+    )
+    done = stack_checks.run(root, "-rA")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("name", [TEAM["stack"], RESERVED["stack"]])
+def test_a_teams_stack_file_passes_every_stack_check(checked: str, name: str):
+    passed = {
+        line.split("::", 1)[0]
+        for line in checked.splitlines()
+        if line.startswith("PASSED") and f"[{name}" in line
+    }
+    # The checks of several modules ran on it, the program's run first among them.
+    assert (
+        f"PASSED tests/test_stack.py::TestStacksAndDeterminism::test_every_stack_file_runs[{name}]" in checked
+    )
+    assert len(passed) >= 10, passed
+
+
+def test_the_scan_reads_them_too(checked: str):
+    assert (
+        "PASSED tests/test_security_scan.py::test_every_stack_file_is_scanned_with_the_ray_pods_as_pods"
+        in checked
+    )
