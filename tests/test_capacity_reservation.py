@@ -8,7 +8,6 @@ and a Capacity Block's end is an alert that promtool proves.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from tests.fakes.capacity import (
     reservation,
 )
 from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_settings
-from tests.validators import promtool
+from tests.validators import promtool_in
 
 TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -480,12 +479,6 @@ class TestTheBlockEndsAlert:
         }
         (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
         promtool_in(tmp_path, "test", "rules", "tests.yaml")
-
-
-def promtool_in(directory: Path, *args: str) -> None:
-    """promtool, run in `directory`; its output is the failure's message."""
-    result = subprocess.run([promtool(), *args], cwd=directory, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def replace_settings(settings: Any) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_U
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
 from tests.ray_dashboards import generate
-from tests.validators import crd_package_errors, promtool
+from tests.validators import crd_package_errors, promtool_in
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CUSTOM = "kubernetes:monitoring.coreos.com/v1"
@@ -488,14 +487,7 @@ class TestTheLlmAutoscalingPolicysQueries:
                 }
             )
         )
-        result = subprocess.run(
-            [promtool(), "test", "rules", "tests.yaml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        promtool_in(tmp_path, "test", "rules", "tests.yaml")
 
     def test_the_pd_dashboard_shows_the_decisions_per_side(self):
         scaling = {"signal": "llm", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}}
@@ -521,10 +513,7 @@ class TestAlertsWithPromtool:
     def test_the_rules_and_their_templates_are_valid(self, tmp_path: Path):
         rules = tmp_path / "rules.yaml"
         rules.write_text(yaml.safe_dump({"groups": alert_rules(settings())}))
-        result = subprocess.run(
-            [promtool(), "check", "rules", str(rules)], capture_output=True, text=True, check=False
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        result = promtool_in(tmp_path, "check", "rules", "rules.yaml")
         assert "SUCCESS: 10 rules found" in result.stdout
 
     def test_each_alert_fires_and_stays_quiet_when_it_should(self, tmp_path: Path):
@@ -536,14 +525,7 @@ class TestAlertsWithPromtool:
                 )  # promtool compares them to the letter; their templates are checked above
         (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
         shutil.copy(ALERT_TESTS, tmp_path / "tests.yaml")
-        result = subprocess.run(
-            [promtool(), "test", "rules", "tests.yaml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        promtool_in(tmp_path, "test", "rules", "tests.yaml")
         tested = set(re.findall(r"alertname: (\w+)", ALERT_TESTS.read_text()))
         assert tested == {r["alert"] for g in groups for r in g["rules"]}
 

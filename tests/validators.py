@@ -314,3 +314,10 @@ def promtool() -> str:
         "or put one on PATH (`brew install prometheus`, your distribution's prometheus package)"
     )
     return found
+
+
+def promtool_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """promtool, run in `directory`; a failure's message is its output."""
+    result = subprocess.run([promtool(), *args], cwd=directory, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
