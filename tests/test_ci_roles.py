@@ -42,9 +42,9 @@ def test_every_environment_a_workflow_runs_in_has_a_trust_policy_and_no_other():
     shipped = {p.stem for p in (IAM / "trust").glob("*.json")}
     wanted = set(environments())
     assert not wanted - shipped, (
-        f"no trust policy for {sorted(wanted - shipped)}: copy .github/iam/trust/dev.json (or drift-dev.json) "
-        "as <environment>.json with that environment's name in its subject, and create the role from it "
-        "(docs/operations.md, 'Delivery')"
+        f"no trust policy for {sorted(wanted - shipped)}: copy .github/iam/trust/dev.json (or "
+        "drift-dev.json) as <environment>.json with that environment's name in its subject, and create "
+        "the role from it (docs/operations.md, 'Delivery')"
     )
     assert not shipped - wanted, f"{sorted(shipped - wanted)}: no workflow runs in these environments"
 
