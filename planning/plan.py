@@ -169,6 +169,28 @@ def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
     return summary, " or ".join(fixes)
 
 
+KV_ONLY_MODEL_KEYS = {
+    "nixl_backends": "nixlBackends",
+    "kv_buffer_device": "kvBufferDevice",
+    "kv_load_failure_policy": "kvLoadFailurePolicy",
+    "kv_lease_seconds": "kvLeaseSeconds",
+}
+"""model keys that shape the NIXL connector, which an aggregated deployment does not run."""
+
+
+def _kv_keys_unused(settings: Settings) -> list[str]:
+    """A warning for each KV-transfer key the stack file sets where `serving.mode: aggregated` has no
+    KV connector to give it to: it does nothing until the mode is disaggregated again."""
+    if settings.serving.mode != "aggregated":
+        return []
+    given = sorted(KV_ONLY_MODEL_KEYS[k] for k in settings.model.model_fields_set & KV_ONLY_MODEL_KEYS.keys())
+    return [
+        f"{PROJECT}:model.{key} does nothing with {PROJECT}:serving.mode aggregated (no KV connector: "
+        "each replica keeps its own KV cache); it applies again when the mode is disaggregated"
+        for key in given
+    ]
+
+
 def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_workers: int) -> str | None:
     """The warning when the GPU workers, at their most (maximum replicas x tensorParallelSize), use
     fewer GPUs than the GPU nodes at desiredSize hold, with what to set; None when they can use them
@@ -340,6 +362,7 @@ def plan_stack(
     idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
     if idle_nodes:
         warnings.append(idle_nodes)
+    warnings += _kv_keys_unused(settings)
     if max_workers > capacity:
         which = (
             "model.prefillReplicas + model.decodeReplicas"

@@ -133,6 +133,24 @@ class TestFitAndDashboards:
         assert any("serving mode aggregated: 2 replicas" in line for line in agg.summaries())
         assert not any("KV cache path" in line for line in agg.summaries())
 
+    def test_kv_keys_set_for_an_aggregated_stack_are_said_to_do_nothing(self):
+        from planning import plan_stack
+
+        kv = {"nixlBackends": ["UCX"], "kvLeaseSeconds": 60}
+        model = {"id": "m", "source": "org/m", "parametersBillions": 8, "kvCacheBytesPerToken": 131072, **kv}
+        agg = plan_stack(
+            load_settings(minimal_config("us-east-1", model=model, serving={"mode": "aggregated"})), stack="t"
+        )
+        said = [w for w in agg.warnings if "does nothing with ray-llm-eks:serving.mode aggregated" in w]
+        assert [w.split()[0] for w in said] == [
+            "ray-llm-eks:model.kvLeaseSeconds",
+            "ray-llm-eks:model.nixlBackends",
+        ]
+        pd = plan_stack(load_settings(minimal_config("us-east-1", model=model)), stack="t")
+        assert not any("does nothing" in w for w in pd.warnings)
+        unset = plan_stack(load_settings(stack_file_config(STACK)), stack="t")
+        assert not any("does nothing" in w for w in unset.warnings)
+
     def test_the_dashboard_follows_the_mode_and_says_what_does_not_apply(self):
         dev = load_settings(stack_file_config("dev"))
         pd = pd_dashboard(dev)
