@@ -191,6 +191,28 @@ def _kv_keys_unused(settings: Settings) -> list[str]:
     ]
 
 
+def _prefix_router_without_cache(settings: Settings) -> list[str]:
+    """Prefix-affinity routing (serving.requestRouter: prefix) on a side that may run more than one
+    replica, where the engine keeps no prefix cache: the router's tree and actor calls buy nothing."""
+    model, scaling = settings.model, settings.autoscaling
+    if (
+        settings.serving.request_router != "prefix"
+        or model.extra_engine_kwargs.get("enable_prefix_caching") is not False
+    ):
+        return []
+    prefill = scaling.prefill.max_replicas or model.prefill_replicas
+    decode = scaling.decode.max_replicas or model.decode_replicas
+    routed = prefill + decode >= 2 if settings.serving.mode == "aggregated" else max(prefill, decode) >= 2
+    if not routed:
+        return []
+    return [
+        f"{PROJECT}:serving.requestRouter prefix sends a prompt to the replica that holds its prefix, but "
+        f"{PROJECT}:model.extraEngineKwargs.enable_prefix_caching is false, so no replica keeps one: the "
+        "router adds its work and helps nothing; set serving.requestRouter: power-of-two, or turn prefix "
+        "caching on"
+    ]
+
+
 def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_workers: int) -> str | None:
     """The warning when the GPU workers, at their most (maximum replicas x tensorParallelSize), use
     fewer GPUs than the GPU nodes at desiredSize hold, with what to set; None when they can use them
@@ -363,6 +385,7 @@ def plan_stack(
     if idle_nodes:
         warnings.append(idle_nodes)
     warnings += _kv_keys_unused(settings)
+    warnings += _prefix_router_without_cache(settings)
     if max_workers > capacity:
         which = (
             "model.prefillReplicas + model.decodeReplicas"

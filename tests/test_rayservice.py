@@ -484,6 +484,25 @@ class TestRouting:
         with pytest.raises(ValidationError, match="evictionTargetChars 500000 is above"):
             ServingConfig.model_validate({"prefixRouter": {"evictionTargetChars": 500000}})
 
+    def test_prefix_routing_without_a_prefix_cache_is_said_to_help_nothing(self):
+        from config import load_settings
+        from planning import plan_stack
+
+        off = {"extraEngineKwargs": {"enable_prefix_caching": False}}
+        model = {"id": "m", "source": "org/m", "parametersBillions": 8, "kvCacheBytesPerToken": 131072}
+
+        def warned(model_changes: dict[str, Any], **sections: Any) -> bool:
+            nodes = {"gpuNodes": {"maxSize": 3}}
+            config = minimal_config("us-east-1", model={**model, **model_changes}, **nodes, **sections)
+            warnings = plan_stack(load_settings(config), stack="t").warnings
+            return any("enable_prefix_caching is false" in w for w in warnings)
+
+        scaled = {"decode": {"maxReplicas": 2}}
+        assert warned(off, autoscaling=scaled)
+        assert not warned({}, autoscaling=scaled)  # the cache is on (vLLM's default)
+        assert not warned(off)  # 1 + 1: no side routes
+        assert not warned(off, autoscaling=scaled, serving={"requestRouter": "power-of-two"})
+
     def test_rays_checks_catch_a_wrong_router(self, rayservice):
         config = serve_config(rayservice)
         deployment = config["applications"][0]["args"]["decode_config"]["deployment_config"]
