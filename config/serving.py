@@ -259,7 +259,8 @@ class ModelConfig(StrictModel):
         description="What decode does with a request whose KV cache did not arrive (vLLM "
         "`kv_load_failure_policy`): `recompute` computes the missing blocks itself (the answer comes, "
         "later), `fail` ends the request with an error (HTTP 500). vLLM 0.26 applies neither to a "
-        'hybrid model such as the default\'s (docs/design.md, "KV failures").',
+        "hybrid model such as the default's, whose serve config therefore carries none (docs/design.md, "
+        '"KV failures").',
     )
     kv_lease_seconds: int = Field(
         30,
@@ -267,7 +268,7 @@ class ModelConfig(StrictModel):
         le=3600,
         description="How long prefill keeps a finished prompt's KV blocks for decode to read (NIXL "
         "`kv_lease_duration`); decode renews the lease while the request waits, so blocks a dead "
-        "decode stranded are freed after it.",
+        "decode stranded are freed after it. vLLM's own, 30, is left out of the serve config.",
     )
     kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
         "auto",

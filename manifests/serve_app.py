@@ -26,9 +26,12 @@ from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
 from config.serving import ModelConfig, ServingConfig
-from planning.kv_path import KvPath
+from planning.kv_path import KvPath, hybrid_layers
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+VLLM_KV_LEASE_SECONDS = 30
+"""vLLM 0.26's NixlConnector lease when none is given (nixl/base_scheduler.py:70-76): rendered only when
+model.kvLeaseSeconds differs, so a stack that keeps it sees no serve-config change."""
 AGGREGATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 
 
@@ -38,9 +41,9 @@ class ServeModel(BaseModel):
 
 class NixlExtraConfig(ServeModel):
     backends: list[Literal["LIBFABRIC", "UCX"]] = Field(min_length=1)
-    kv_lease_duration: int = Field(ge=1)
+    kv_lease_duration: int | None = Field(None, ge=1)
     """vLLM 0.26 NixlConnector: seconds prefill keeps a finished prompt's blocks for decode, renewed by
-    decode's heartbeats (nixl/base_scheduler.py, base_worker.py)."""
+    decode's heartbeats (nixl/base_scheduler.py, base_worker.py); None: vLLM's own, 30."""
 
 
 class KvTransferConfig(ServeModel):
@@ -50,7 +53,9 @@ class KvTransferConfig(ServeModel):
     """vLLM 0.26 KVTransferConfig: where the connector keeps what NIXL sends (planning/kv_path.py)."""
     engine_id: str = Field(min_length=1, description="Distinct per side: prefill, decode.")
     kv_connector_extra_config: NixlExtraConfig
-    kv_load_failure_policy: Literal["recompute", "fail"]
+    kv_load_failure_policy: Literal["recompute", "fail"] | None = None
+    """None: vLLM's own (`fail`), where the policy cannot act (a hybrid model: docs/design.md, "KV
+    failures")."""
 
 
 class EngineKwargs(ServeModel):
@@ -311,9 +316,14 @@ def _side(
                 engine_id=engine_id,
                 kv_buffer_device=kv_path.buffer_device,
                 kv_connector_extra_config=NixlExtraConfig(
-                    backends=list(kv_path.backends), kv_lease_duration=model.kv_lease_seconds
+                    backends=list(kv_path.backends),
+                    kv_lease_duration=None
+                    if model.kv_lease_seconds == VLLM_KV_LEASE_SECONDS
+                    else model.kv_lease_seconds,
                 ),
-                kv_load_failure_policy=model.kv_load_failure_policy,
+                # vLLM 0.26 marks no block of a hybrid model invalid on a failed read, so the policy
+                # would change nothing there but the serve config (and a redeploy for nothing).
+                kv_load_failure_policy=None if hybrid_layers(model) else model.kv_load_failure_policy,
             )
             if kv_path
             else None,

@@ -111,8 +111,8 @@ class TestInTheStack:
             "kv_role": "kv_both",
             "engine_id": "prefill",
             "kv_buffer_device": "cuda",
-            "kv_connector_extra_config": {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
-            "kv_load_failure_policy": "recompute",
+            # vLLM's own lease (30 s) and no failure policy: it cannot act on a hybrid model in vLLM 0.26
+            "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
         }
         (path,) = [m for m in dev_stack.infos if m.startswith("KV cache path: ")]
         assert path.startswith("KV cache path: NIXL LIBFABRIC over EFA, buffers in GPU memory")
@@ -137,10 +137,27 @@ class TestInTheStack:
         kv = kv_config(run)
         assert (kv["kv_buffer_device"], kv["kv_connector_extra_config"]) == (
             "cuda",
-            {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
+            {"backends": ["LIBFABRIC"]},
         )
         assert any("NIXL LIBFABRIC over EFA, buffers in GPU memory" in m for m in run.infos)
         assert not any("over TCP" in w for w in run.warnings)
+
+    def test_the_failure_policy_and_a_lease_of_its_own_reach_vllm_where_they_act(self):
+        """An attention-only model gets model.kvLoadFailurePolicy; a lease other than vLLM's 30 s is
+        said; the hybrid default model and vLLM's own lease leave the serve config as it was."""
+        model = {
+            "source": "org/attention-only",
+            "id": "a",
+            "parametersBillions": 8,
+            "kvCacheBytesPerToken": 131072,
+        }
+        run = run_stack(overrides={"model": {**model, "kvLeaseSeconds": 60}})
+        kv = kv_config(run)
+        assert kv["kv_load_failure_policy"] == "recompute"
+        assert kv["kv_connector_extra_config"]["kv_lease_duration"] == 60
+        failing = kv_config(run_stack(overrides={"model": {**model, "kvLoadFailurePolicy": "fail"}}))
+        assert failing["kv_load_failure_policy"] == "fail"
+        assert "kv_lease_duration" not in failing["kv_connector_extra_config"]
 
     def test_host_buffers_count_in_the_workers_memory(self):
         settings = stack_settings("dev", model=ATTENTION_ONLY)

@@ -92,9 +92,8 @@ class TestSeedFacts:
                     "kv_role": "kv_both",
                     "engine_id": side,
                     "kv_buffer_device": "cuda",
-                    # blocks a dead decode never read are freed after 30 s (vLLM's lease)
-                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"], "kv_lease_duration": 30},
-                    "kv_load_failure_policy": "recompute",
+                    # vLLM's lease (30 s) and its failure policy left as they are: a hybrid model
+                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
             }
             assert config["deployment_config"]["num_replicas"] == 1
