@@ -196,8 +196,10 @@ def action_errors(action: str) -> list[str]:
 def condition_key_errors(key: str, services: set[str], federated: bool) -> list[str]:
     lowered = key.lower()
     prefix = lowered.split(":", 1)[0]
-    if federated and re.match(r"^[^:]+/[^:]+:(sub|aud|amr)$", lowered):
-        return []  # an OIDC provider's own keys, e.g. oidc.eks.<region>.amazonaws.com/id/<id>:sub
+    if federated and re.match(r"^[^:/]+(/[^:]+)?:(sub|aud|amr)$", lowered):
+        # an OIDC provider's own keys: oidc.eks.<region>.amazonaws.com/id/<id>:sub, or GitHub's
+        # token.actions.githubusercontent.com:sub
+        return []
     if prefix == "aws":
         if any(p.match(lowered) for p in global_condition_patterns()):
             return []

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import aws_iam
 from tests.fakes.pulumi import ROOT
 from tests.workflow_files import load
 
@@ -144,3 +146,17 @@ def test_policy_files_are_json_without_leftover_placeholders_of_other_names():
             "STATE_BUCKET",
             "STACK",
         }, path
+
+
+@pytest.mark.parametrize("path", sorted(IAM.rglob("*.json")), ids=lambda p: str(p.relative_to(IAM)))
+def test_every_action_resource_and_condition_key_is_in_awss_published_data(path: Path):
+    document = json.loads(
+        path.read_text().replace("ACCOUNT_ID", "123456789012").replace("STATE_BUCKET", "state-bucket")
+    )
+    assert aws_iam.document_errors(document) == []
+
+
+def test_the_managed_policy_the_read_only_roles_attach_exists():
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert "`ReadOnlyAccess` + `state-read.json`" in operations
+    assert aws_iam.managed_policy_errors("arn:aws:iam::aws:policy/ReadOnlyAccess") == []
