@@ -222,7 +222,7 @@ class ExistingCluster(pulumi.ComponentResource):
         # What the viewers' previews list here beyond AmazonEKSViewPolicy; the group is the stack's own.
         on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
         for group in sorted({g for entry in access_entries for g in entry.kubernetes_groups}):
-            role, binding = preview_reader_rbac(group, group)
+            role, binding = preview_reader_rbac(group)
             k8s.rbac.v1.ClusterRole(
                 f"{name}-{group}", metadata=role["metadata"], rules=role["rules"], opts=on_cluster
             )

@@ -9,8 +9,10 @@ from typing import Any
 from planning.access import PREVIEW_READS
 
 
-def preview_reader_rbac(name: str, group: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A ClusterRole named `name` that lists and gets `PREVIEW_READS`, and its binding to `group`."""
+def preview_reader_rbac(group: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ClusterRole that lists and gets `PREVIEW_READS`, and its binding to `group`, both named as the
+    group (which is the stack's own: planning/access.py `preview_reader_group`)."""
+    name = group
     groups: dict[str, list[str]] = {}
     for api_group, resource in PREVIEW_READS:
         groups.setdefault(api_group, []).append(resource)
