@@ -26,7 +26,7 @@ from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
 from config.serving import ModelConfig, ServingConfig
-from planning.kv_path import KvPath, hybrid_layers
+from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 VLLM_KV_LEASE_SECONDS = 30
@@ -270,13 +270,22 @@ def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> D
     )
 
 
-def routed(deployment: DeploymentConfig, serving: ServingConfig | None) -> DeploymentConfig:
-    """The side with Ray Serve LLM's prefix-affinity router where it can choose: with one replica
-    there is nothing to choose, and the router would only add its prefix-tree actor and two actor
-    calls to every request (docs/design.md, "Routing"), so that side keeps Serve's default."""
+def prefix_routed(deployment: DeploymentConfig, serving: ServingConfig | None, model: ModelConfig) -> bool:
+    """Whether the side gets Ray Serve LLM's prefix-affinity router: `serving.requestRouter: prefix`,
+    a choice of replicas (with one there is nothing to choose, and the router would only add its
+    prefix-tree actor and its actor calls to every request), and an engine that keeps a prefix cache
+    (without one the replica holding a prefix computes it again like any other). docs/design.md,
+    "Routing"."""
     scaling = deployment.autoscaling_config
     most = scaling.max_replicas if scaling else deployment.num_replicas or 1
-    if serving is None or serving.request_router != "prefix" or most < 2:
+    return serving is not None and serving.request_router == "prefix" and most >= 2 and prefix_cache(model)
+
+
+def routed(
+    deployment: DeploymentConfig, serving: ServingConfig | None, model: ModelConfig
+) -> DeploymentConfig:
+    """The side with the prefix-affinity router where `prefix_routed`, else Serve's default."""
+    if serving is None or not prefix_routed(deployment, serving, model):
         return deployment
     return deployment.model_copy(update={"request_router_config": prefix_router(serving.prefix_router)})
 
@@ -349,14 +358,14 @@ def _pd_application(
                 model,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving),
+                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving, model),
                 kv_path,
             ),
             decode_config=_side(
                 model,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving),
+                routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving, model),
                 kv_path,
             ),
         ),
@@ -387,7 +396,7 @@ def _aggregated_application(
         import_path=AGGREGATED_IMPORT_PATH,
         args=AggregatedArgs(
             llm_configs=[
-                _side(model, source, "", routed(_deployment(replicas, side, scaling), serving), None)
+                _side(model, source, "", routed(_deployment(replicas, side, scaling), serving, model), None)
             ]
         ),
     )

@@ -298,7 +298,7 @@ class TestServingVariants:
     def test_more_decode_replicas_more_workers(self):
         run = run_stack(
             overrides={
-                "model": {"decodeReplicas": 3},
+                "model": {"decodeReplicas": 3, "extraEngineKwargs": {"enable_prefix_caching": True}},
                 "gpuNodes": {"desiredSize": 4, "maxSize": 4},
                 "serving": {"prefixRouter": {"imbalancedThreshold": 8}},
             }
@@ -308,7 +308,8 @@ class TestServingVariants:
         args = serve_config(obj)["applications"][0]["args"]
         assert args["prefill_config"]["deployment_config"]["num_replicas"] == 1
         assert args["decode_config"]["deployment_config"]["num_replicas"] == 3
-        # three decode replicas to choose from: prefix affinity, with its prefix tree kept bounded
+        # three decode replicas to choose from, and a prefix cache opted into: prefix affinity, with its
+        # prefix tree kept bounded
         assert args["decode_config"]["deployment_config"]["request_router_config"] == {
             "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
             "request_router_kwargs": {
@@ -447,10 +448,16 @@ class TestUpgradePath:
 KV_PATH = KvPath(backends=("LIBFABRIC",), buffer_device="cuda", mechanism="emulated", reason="test")
 
 
-def routed_sides(serving: dict[str, Any], autoscaling: dict[str, Any] | None = None) -> dict[str, Any]:
+PREFIX_CACHED = {"extra_engine_kwargs": {"enable_prefix_caching": True}}
+"""The default (hybrid) model opted into vLLM's prefix cache."""
+
+
+def routed_sides(
+    serving: dict[str, Any], autoscaling: dict[str, Any] | None = None, model: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Each side's deployment_config for 2 prefill and 1 decode replica under these settings."""
     config = build_serve_config(
-        ModelConfig(prefill_replicas=2),  # type: ignore[call-arg]
+        ModelConfig(prefill_replicas=2, **(PREFIX_CACHED if model is None else model)),  # type: ignore[call-arg]
         "qwen",
         KV_PATH,
         scaling=AutoscalingConfig.model_validate(autoscaling or {}),
@@ -471,6 +478,15 @@ class TestRouting:
         assert sides["decode"]["autoscaling_config"]["min_replicas"] == 1
         assert sides["decode"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
 
+    def test_only_where_the_engine_caches_prefixes(self):
+        """vLLM 0.26 caches prefixes by default only for an attention-only model; the default Qwen3.5 is
+        hybrid, so without an opt-in no side routes by prefix, and switched off, none does either."""
+        assert all("request_router_config" not in side for side in routed_sides({}, model={}).values())
+        attention_only = routed_sides({}, model={"hybrid_layers": False})
+        assert attention_only["prefill"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
+        off = {"extra_engine_kwargs": {"enable_prefix_caching": False}, "hybrid_layers": False}
+        assert all("request_router_config" not in side for side in routed_sides({}, model=off).values())
+
     def test_power_of_two_is_serves_default(self):
         sides = routed_sides({"requestRouter": "power-of-two"}, {"decode": {"maxReplicas": 3}})
         assert all("request_router_config" not in side for side in sides.values())
@@ -483,24 +499,28 @@ class TestRouting:
         with pytest.raises(ValidationError, match="evictionTargetChars 500000 is above"):
             ServingConfig.model_validate({"prefixRouter": {"evictionTargetChars": 500000}})
 
-    def test_prefix_routing_without_a_prefix_cache_is_said_to_help_nothing(self):
+    def test_preview_says_why_a_side_keeps_power_of_two(self):
         from config import load_settings
         from planning import plan_stack
 
-        off = {"extraEngineKwargs": {"enable_prefix_caching": False}}
         model = {"id": "m", "source": "org/m", "parametersBillions": 8, "kvCacheBytesPerToken": 131072}
 
-        def warned(model_changes: dict[str, Any], **sections: Any) -> bool:
+        def warning(model_changes: dict[str, Any], **sections: Any) -> str:
             nodes = {"gpuNodes": {"maxSize": 3}}
             config = minimal_config("us-east-1", model={**model, **model_changes}, **nodes, **sections)
             warnings = plan_stack(load_settings(config), stack="t").warnings
-            return any("enable_prefix_caching is false" in w for w in warnings)
+            return " ".join(w for w in warnings if "serving.requestRouter prefix" in w)
 
         scaled = {"decode": {"maxReplicas": 2}}
-        assert warned(off, autoscaling=scaled)
-        assert not warned({}, autoscaling=scaled)  # the cache is on (vLLM's default)
-        assert not warned(off)  # 1 + 1: no side routes
-        assert not warned(off, autoscaling=scaled, serving={"requestRouter": "power-of-two"})
+        off = {"extraEngineKwargs": {"enable_prefix_caching": False}}
+        said = warning(off, autoscaling=scaled)
+        assert "enable_prefix_caching is false" in said and "decode keeps Serve's power-of-two" in said
+        assert not warning({}, autoscaling=scaled)  # attention only: the cache is on (vLLM's default)
+        hybrid = warning({"hybridLayers": True}, autoscaling=scaled)
+        assert "hybrid model" in hybrid and "enable_prefix_caching: true" in hybrid
+        assert not warning({"hybridLayers": True, **{"extraEngineKwargs": {"enable_prefix_caching": True}}})
+        assert not warning(off)  # 1 + 1: no side routes
+        assert not warning(off, autoscaling=scaled, serving={"requestRouter": "power-of-two"})
 
     def test_rays_checks_catch_a_wrong_router(self, rayservice):
         config = serve_config(rayservice)
