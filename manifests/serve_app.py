@@ -109,11 +109,14 @@ class AutoscalingConfig(ServeModel):
         return self
 
 
-PREFIX_ROUTER = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+PREFIX_ROUTER = "prefix_routing:ResilientPrefixRouter"
+"""jobs/prefix_routing.py, on the Ray pods' PYTHONPATH: Ray Serve LLM's PrefixCacheAffinityRouter with its
+prefix tree on the head node, routing by power of two while the tree is lost (docs/design.md, "Routing")."""
 
 
 class PrefixRouterKwargs(ServeModel):
-    """PrefixCacheAffinityRouter.initialize_state's arguments (prefix_aware_router.py)."""
+    """PrefixCacheAffinityRouter.initialize_state's arguments (prefix_aware_router.py), which
+    ResilientPrefixRouter takes as they are."""
 
     imbalanced_threshold: float | None = Field(None, gt=0)
     match_rate_threshold: float = Field(ge=0, le=1)
@@ -126,7 +129,7 @@ class PrefixRouterKwargs(ServeModel):
 class RequestRouterConfig(ServeModel):
     """ray.serve.config.RequestRouterConfig: the router every handle to this deployment uses."""
 
-    request_router_class: Literal["ray.serve.llm.request_router.PrefixCacheAffinityRouter"] = PREFIX_ROUTER
+    request_router_class: Literal["prefix_routing:ResilientPrefixRouter"] = PREFIX_ROUTER
     request_router_kwargs: PrefixRouterKwargs
 
 
@@ -288,6 +291,16 @@ def routed(
     if serving is None or not prefix_routed(deployment, serving, model):
         return deployment
     return deployment.model_copy(update={"request_router_config": prefix_router(serving.prefix_router)})
+
+
+def routes_by_prefix(config: ServeConfig) -> bool:
+    """Whether any side of the config routes through jobs/prefix_routing.py (shipped to the Ray pods)."""
+    for app in config.applications:
+        args = app.args
+        sides = [args.prefill_config, args.decode_config] if isinstance(args, PDArgs) else args.llm_configs
+        if any(side.deployment_config.request_router_config for side in sides):
+            return True
+    return False
 
 
 def prefix_router(settings: PrefixRouterConfig) -> RequestRouterConfig:

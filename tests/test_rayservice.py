@@ -19,7 +19,7 @@ from manifests.rayservice import RayServiceManifest
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
 from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack, stack_settings
+from tests.fakes.pulumi import ROOT, STACKS, StackRun, minimal_config, run_stack, stack_settings
 from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -311,7 +311,7 @@ class TestServingVariants:
         # three decode replicas to choose from, and a prefix cache opted into: prefix affinity, with its
         # prefix tree kept bounded
         assert args["decode_config"]["deployment_config"]["request_router_config"] == {
-            "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+            "request_router_class": "prefix_routing:ResilientPrefixRouter",
             "request_router_kwargs": {
                 "imbalanced_threshold": 8,
                 "match_rate_threshold": 0.1,
@@ -487,6 +487,34 @@ class TestRouting:
         off = {"extra_engine_kwargs": {"enable_prefix_caching": False}, "hybrid_layers": False}
         assert all("request_router_config" not in side for side in routed_sides({}, model=off).values())
 
+    def test_the_router_ships_to_the_ray_pods_and_keeps_its_tree_on_the_head(self):
+        """The rendered class is jobs/prefix_routing.py's, in the plugins ConfigMap and on the head's
+        PYTHONPATH (where Ray builds the app); its tree goes where Serve keeps its controller: the head
+        node, no CPU, so no GPU worker is held by it. tests/live/test_prefix_router.py kills the tree."""
+        from jobs.prefix_routing import TREE_OPTIONS
+
+        run = run_stack(
+            overrides={
+                "model": {"decodeReplicas": 2, "extraEngineKwargs": {"enable_prefix_caching": True}},
+                "gpuNodes": {"desiredSize": 3, "maxSize": 3},
+            }
+        )
+        plugins = run.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]
+        assert plugins["prefix_routing.py"] == (ROOT / "jobs" / "prefix_routing.py").read_text()
+        head = registered(run)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+        (container,) = head["containers"]
+        assert {"name": "PYTHONPATH", "value": "/opt/ray-llm-eks"} in container["env"]
+        assert {"name": "plugins", "mountPath": "/opt/ray-llm-eks"} in container["volumeMounts"]
+        assert pod_errors(head) == []
+        options = TREE_OPTIONS
+        assert options["num_cpus"] == 0 and options["resources"] == {"node:__internal_head__": 0.001}
+        assert options["lifetime"] == "detached" and "max_restarts" not in options
+        # dev (1 + 1) routes nothing by prefix: its plugins and head stay as they were
+        dev = run_stack()
+        assert set(dev.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]) == {
+            "ray_node_cache.py"
+        }
+
     def test_power_of_two_is_serves_default(self):
         sides = routed_sides({"requestRouter": "power-of-two"}, {"decode": {"maxReplicas": 3}})
         assert all("request_router_config" not in side for side in sides.values())
@@ -530,7 +558,7 @@ class TestRouting:
             "request_router_kwargs": {"imbalance_threshold": 8},
         }
         assert any(
-            "['imbalance_threshold'] are not PrefixCacheAffinityRouter" in e for e in pd_rule_errors(config)
+            "['imbalance_threshold'] are not ResilientPrefixRouter" in e for e in pd_rule_errors(config)
         )
         deployment["request_router_config"]["request_router_class"] = PREFIX_ROUTER.replace("Prefix", "Prefx")
         assert any("decode_config" in e for e in serve_errors(config))

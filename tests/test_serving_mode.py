@@ -190,7 +190,7 @@ class TestFitAndDashboards:
         )
         (llm,) = serve_config(opted_in)["applications"][0]["args"]["llm_configs"]
         router = llm["deployment_config"]["request_router_config"]
-        assert router["request_router_class"].endswith("PrefixCacheAffinityRouter")
+        assert router["request_router_class"] == "prefix_routing:ResilientPrefixRouter"
         assert serve_errors(serve_config(opted_in)) == []
 
 
