@@ -40,6 +40,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RaySystemError
 from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router import (
     PrefixCacheAffinityRouter,
 )
+from ray.serve._private.request_router.request_router import FIFOMixin, RequestRouter
 
 logger = logging.getLogger("ray.serve")
 
@@ -95,7 +96,7 @@ TREE_ERRORS = (RayActorError, RaySystemError, GetTimeoutError, TreeUnreachableEr
 """What a lost tree raises: dead or restarting (RayActorError, ActorDiedError among them), unreachable."""
 
 
-class ResilientPrefixRouter(PrefixCacheAffinityRouter):
+class ResilientPrefixRouter(FIFOMixin, PrefixCacheAffinityRouter):
     def initialize_state(
         self,
         imbalanced_threshold: float | None = float("inf"),
@@ -203,6 +204,21 @@ class ResilientPrefixRouter(PrefixCacheAffinityRouter):
         self._tree_ok = False
         self._tree_pending = None
         self._tree_retry_at = time.monotonic()  # a dead tree is re-created at the next request
+
+    # No request left unanswered.
+
+    def _fulfill_next_pending_request(self, replica: Any, request_metadata: Any = None) -> None:
+        """The replica chosen for a request goes to that request (the base's exact match, so prefix
+        affinity holds); where a routing task carries none, to the oldest waiting request (FIFOMixin, as
+        Serve's power-of-two router does). Ray's class matches exactly only: a routing task that exits
+        for having more tasks than requests (request_router.py:1243-1244) drops the request it took from
+        the queue, and the tasks left route for no request and assign nothing
+        (request_router.py:1111-1131), so that request waits forever; seen live with four concurrent
+        requests and the tree intact."""
+        if self._get_pending_request_matching_internal_request_id(request_metadata) is not None:
+            RequestRouter._fulfill_next_pending_request(self, replica, request_metadata)
+        else:
+            super()._fulfill_next_pending_request(replica, request_metadata)
 
     # The parent's hooks, each falling back where the tree does not answer.
 

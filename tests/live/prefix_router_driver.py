@@ -1,8 +1,9 @@
 """Run by tests/live/test_prefix_router.py in its own process: a local Ray 2.58 cluster on 127.0.0.1
 (the pinned ray[serve], CPU), the stand-in app routed by the rendered `request_router_config`, one
 request, then the prefix-tree actor killed (`ray.kill`, no restart: the actor is gone for good, as when
-its node is removed), then four requests at once, each given `--bound` seconds, then whether the tree is
-back with both replicas as tenants. Prints one line `RESULT <json>`; the cluster goes with the process.
+its node is removed), then four requests one after the other and four at once, each given `--bound`
+seconds, then whether the tree is back with both replicas as tenants. Prints one line `RESULT <json>`;
+the cluster goes with the process.
 
     python tests/live/prefix_router_driver.py '<deployment_config json>' --port 8123 --temp-dir /tmp/x
 """
@@ -89,7 +90,6 @@ def main() -> None:
     parser.add_argument("--temp-dir", required=True)
     parser.add_argument("--bound", type=float, default=10.0)
     parser.add_argument("--no-kill", action="store_true", help="the same requests, the tree left alone")
-    parser.add_argument("--concurrent", action="store_true", help="the four requests at once")
     args = parser.parse_args()
     deployment_config = json.loads(args.deployment_config)
     public_request_routers()
@@ -115,11 +115,9 @@ def main() -> None:
         ray.kill(tree, no_restart=True)
     time.sleep(1)
     prompts = [f"Question {i}: what is the capital of country number {i}? " * 10 for i in range(4)]
-    if args.concurrent:
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            result["after_kill"] = list(pool.map(lambda p: ask(args.port, p, args.bound), prompts))
-    else:
-        result["after_kill"] = [ask(args.port, p, args.bound) for p in prompts]
+    result["after_kill"] = [ask(args.port, p, args.bound) for p in prompts]
+    with ThreadPoolExecutor(len(prompts)) as pool:  # then at once, as clients send them
+        result["at_once"] = list(pool.map(lambda p: ask(args.port, p.upper(), args.bound), prompts))
     result["tree_back_with_tenants"] = None
     deadline = time.monotonic() + 20
     while not args.no_kill and time.monotonic() < deadline:

@@ -7,7 +7,9 @@ its own temporary directory; tests/live/prefix_router_driver.py in its own proce
 with it). The stand-in (tests/live/prefix_standin.py) stands in for vLLM: what is checked is the router.
 
 Seen against the stack before its own router (`ray.serve.llm.request_router.PrefixCacheAffinityRouter`):
-after `ray.kill` of the tree, 4 of 4 requests unanswered within the bound, and no tree again.
+after `ray.kill` of the tree, 4 of 4 requests unanswered within the bound, and no tree again; and,
+with the tree intact, 4 of 4 requests sent at once unanswered (Ray's class fulfils a routed replica
+only for the exact request: jobs/prefix_routing.py `_fulfill_next_pending_request`).
 """
 
 from __future__ import annotations
@@ -87,8 +89,7 @@ def test_requests_are_answered_after_the_prefix_tree_is_killed():
     result = run_driver(deployment_config, plugins)
     assert result["first"]["ok"], result
     assert result["tree_node"] == "head", result
-    after = result["after_kill"]
-    assert all(r["ok"] and r["seconds"] < BOUND_S for r in after), after
-    assert {r["replica"] for r in after} != {None}
+    for after in (result["after_kill"], result["at_once"]):
+        assert all(r["ok"] and r["seconds"] < BOUND_S for r in after), after
     # The router found the tree again (a new one, on the head) with both replicas as tenants.
     assert result["tree_back_with_tenants"] == 2, result
