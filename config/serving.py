@@ -357,7 +357,8 @@ class ModelCacheConfig(StrictModel):
     bucket: BucketName | None = Field(
         None,
         description="An existing bucket to keep the copy in. Default: the stack creates one (private, "
-        "encrypted, public access blocked) named `<cluster>-models-<account>-<region>`.",
+        "encrypted, public access blocked) named `<cluster>-models-<key>-<account>-<region>` (`<key>`: 8 hex "
+        "characters of a hash of stack, cluster and namespace), chosen on the first `up` and kept.",
     )
     prefix: str = Field("models", pattern=r"^[\w.-]+(/[\w.-]+)*$", description="Key prefix of the copies.")
     force_destroy: bool = Field(

@@ -445,7 +445,7 @@ def plan_stack(
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
-        model_cache=plan_model_cache(settings, cluster_name, account_id),
+        model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
     )

@@ -277,17 +277,20 @@ def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
 
 
 def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: StackRun):
-    from planning.model_cache import default_bucket
+    from planning.model_cache import KEY_LENGTH, bucket_key, default_bucket, legacy_bucket
 
-    pattern = default_bucket("<cluster>", "<account>", "<region>")
+    pattern = "<cluster>-models-<key>-<account>-<region>"
     for page in ("operations.md", "configuration.md"):
         assert f"`{pattern}`" in (ROOT / "docs" / page).read_text(), page
     operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
-    assert f"`{pattern}`, with the cluster's name cut to 24 characters" in operations
-    assert default_bucket("c" * 30, "1", "r").startswith("c" * 24 + "-models-")
+    key = f"where `<key>` is {KEY_LENGTH} hex characters of a hash of the stack, cluster"
+    assert f"`{pattern}`, {key}" in operations
+    assert "`<cluster cut to 24>-models-<account>-<region>`" in operations
+    assert legacy_bucket("c" * 30, "1", "r") == "c" * 24 + "-models-1-r"
     bucket = dev_stack.one("aws:s3/bucket:Bucket").inputs["bucket"]
-    cluster = dev_stack.exports["clusterName"]
-    assert bucket == default_bucket(cluster, "123456789012", "sa-east-1")
+    cluster, namespace = dev_stack.exports["clusterName"], dev_stack.exports["namespace"]
+    assert bucket == default_bucket("dev", cluster, namespace, "123456789012", "sa-east-1")
+    assert bucket == f"{cluster}-models-{bucket_key('dev', cluster, namespace)}-123456789012-sa-east-1"
 
 
 @pytest.mark.parametrize(
