@@ -408,3 +408,95 @@ def test_design_md_counts_the_tests_as_the_suite_holds_them(request: pytest.Fixt
     if modules != {p.name for p in (ROOT / "tests").glob("test_*.py")}:
         pytest.skip("a part of the suite was collected: nothing to count")
     assert len(request.session.items) > int(floor.replace(",", ""))
+
+
+def _flat(path: Path) -> str:
+    return " ".join(path.read_text().split())
+
+
+STACK_COMMANDS = re.compile(r"pulumi (?:stack output|config set)[^`\n|)]*")
+
+
+def test_every_documented_stack_output_and_config_call_names_its_stack():
+    """A bare `pulumi stack output` reads whichever stack `make up` last selected."""
+    for page in DOCS:
+        text = page.read_text()
+        for command in STACK_COMMANDS.findall(text):
+            assert "--stack" in command.split("&&")[0], (page.name, command)
+    readme = (ROOT / "README.md").read_text()
+    (call,) = re.findall(r"\[\"pulumi\", \"stack\", \"output\"[^\]]*\]", readme)
+    assert '"--stack", "dev"' in call
+
+
+def test_the_readme_names_what_its_commands_and_client_need():
+    readme = (ROOT / "README.md").read_text()
+    needs = " ".join(readme.split("## Clone to a running stack", 1)[1].split("\n\n", 2)[1].split())
+    (commands,) = re.findall(r"```bash\n(.*?)```", readme.split("## Clone to green tests")[0], re.S)
+    named = {"pulumi": "[Pulumi CLI]", "kubectl": "kubectl", "aws": "AWS CLI v2"}
+    for tool, name in named.items():
+        if re.search(rf"(^|[(; ]){tool} ", commands, re.M):
+            assert name in needs, tool
+    (snippet,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    imported = {m.split(".")[0] for m in re.findall(r"^(?:from|import) (\w[\w.]*)", snippet, re.M)}
+    locked = (ROOT / "requirements.lock").read_text()
+    for module in sorted(imported - set(sys.stdlib_module_names)):
+        assert f"\n{module}==" not in locked  # else `make` installs it and the README need not say so
+        assert f"(`pip install {module}`)" in readme, module
+
+
+def test_the_quotas_the_docs_name_are_those_preflight_checks_for_dev():
+    from ops.preflight import vcpus_needed
+    from tests.fakes.pulumi import stack_settings
+
+    needed = vcpus_needed(stack_settings("dev"))
+    assert len(needed) == 2  # the GPU nodes' and the system nodes' (Standard)
+    readme, operations = _flat(ROOT / "README.md"), _flat(ROOT / "docs" / "operations.md")
+    for (code, name), vcpus in needed.items():
+        for page, text in (("README.md", readme), ("operations.md", operations)):
+            assert f'{vcpus} of "{name}" ({code}' in text, (page, code)
+        assert f"{vcpus} of {code}" in operations
+
+
+def test_the_first_up_time_is_given_as_time_to_serving_estimates_it():
+    (ours,) = re.findall(
+        r"^\| \*\*total\*\* \| [^|]+ \| \*\*([^*]+)\*\* \|",
+        (ROOT / "docs" / "time-to-serving.md").read_text(),
+        re.M,
+    )
+    assert "Nothing here was measured" in (ROOT / "docs" / "time-to-serving.md").read_text()
+    readme, operations = _flat(ROOT / "README.md"), _flat(ROOT / "docs" / "operations.md")
+    assert f"The first `up` should take {ours}utes (estimated step by step, not measured" in readme
+    assert (
+        f"The first `up` should take {ours}utes, an estimate" in operations
+        and "not yet measured" in operations
+    )
+
+
+def test_the_kubeconfig_the_readme_writes_is_private_and_never_committed():
+    readme = (ROOT / "README.md").read_text()
+    (line,) = [line for line in readme.splitlines() if "> kubeconfig.json" in line]
+    assert line.startswith("(umask 077; pulumi stack output kubeconfig --stack dev")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "kubeconfig.json"], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, ".gitignore must list kubeconfig.json"
+
+
+def test_the_docs_say_which_install_a_bare_pulumi_makes_and_the_policy_pack_uses_the_lock():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["runtime"]["options"] == {"toolchain": "pip", "virtualenv": ".venv"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--require-hashes -r requirements.lock" in makefile
+    assert "--require-hashes -r policy/requirements.lock" in makefile
+    operations = _flat(ROOT / "docs" / "operations.md")
+    assert "`make venv`" in operations and "installs `requirements.lock`, every package pinned" in operations
+    assert "Pulumi installs `requirements.txt` there" in operations
+    assert "pip install -r policy/requirements.txt" not in operations and "make policy " in operations
+
+
+def test_the_exit_code_table_says_what_preflight_exits_with():
+    from ops.preflight import Finding, format_findings
+
+    operations = _flat(ROOT / "docs" / "operations.md")
+    _, failed = format_findings([Finding(False, "GPU quota", "0 vCPUs")])
+    _, passed = format_findings([Finding(True, "GPU quota", "64 vCPUs")])
+    assert (passed, failed) == (0, 2)
+    assert f"`preflight` exits {failed} for any problem it finds, not 1" in operations
