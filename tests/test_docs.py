@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -172,22 +173,36 @@ def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRu
 
 
 class TestMakeDestroy:
-    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops."""
+    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops; the
+    bucket's advice only where the stack still holds its bucket, and no advice at all for a stack that
+    does not exist."""
 
     KEYS = ["arn:aws:kms:sa-east-1:123456789012:key/a", "arn:aws:kms:sa-east-1:123456789012:key/b"]
+    BUCKET = {"type": "aws:s3/bucket:Bucket", "inputs": {"bucket": "b", "forceDestroy": False}}
 
-    def destroy(self, tmp_path: Path, destroy_rc: int | None) -> subprocess.CompletedProcess[str]:
-        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc`; None: no CLI at all."""
+    def destroy(
+        self,
+        tmp_path: Path,
+        destroy_rc: int | None,
+        stacks: tuple[str, ...] = ("dev",),
+        resources: tuple[dict[str, Any], ...] = (BUCKET,),
+    ) -> subprocess.CompletedProcess[str]:
+        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc` (None: no CLI at all),
+        whose backend holds `stacks`, and whose state holds `resources` after the destroy."""
         fakes = tmp_path / "bin"
         fakes.mkdir()
         path = str(fakes)
         if destroy_rc is not None:
+            listed = json.dumps([{"name": f"organization/ray-llm-eks/{s}"} for s in stacks])
+            state = json.dumps({"version": 3, "deployment": {"resources": list(resources)}})
             fake = fakes / "pulumi"
             fake.write_text(
                 "#!/bin/sh\n"
                 'case "$1 $2 $3" in\n'
+                f"  'stack ls --json') echo '{listed}' ;;\n"
                 f"  'stack output keptKeyArns') echo '{json.dumps(self.KEYS)}' ;;\n"
-                f"  destroy*) exit {destroy_rc} ;;\n"
+                f"  'stack export --stack') echo '{state}' ;;\n"
+                f"  destroy*) touch {tmp_path}/destroyed; exit {destroy_rc} ;;\n"
                 "  *) exit 3 ;;\n"
                 "esac\n"
             )
@@ -210,13 +225,28 @@ class TestMakeDestroy:
             assert f"aws kms schedule-key-deletion --key-id {key} --pending-window-in-days 7" in done.stdout
         assert "keepVolumeOnDestroy" in done.stdout
 
-    def test_when_destroy_stops_it_says_how_to_finish(self, tmp_path: Path):
+    def test_when_destroy_stops_at_the_bucket_it_says_how_to_finish(self, tmp_path: Path):
         done = self.destroy(tmp_path, 255)
         assert done.returncode == 2  # make's own status for a failed recipe
+        assert "BucketNotEmpty" in done.stderr
         assert "modelCache.forceDestroy" in done.stderr and "--continue-on-error" in done.stderr
         (stalls,) = re.findall(r'"(If a destroy stalls)"', done.stderr)
         assert f"\n{stalls}:\n" in (ROOT / "docs" / "operations.md").read_text().split("## Teardown")[1]
         assert all(key in done.stderr for key in self.KEYS)
+
+    def test_when_the_bucket_is_gone_or_empties_itself_no_bucket_advice(self, tmp_path: Path):
+        forced = {**self.BUCKET, "inputs": {"bucket": "b", "forceDestroy": True}}
+        for i, resources in enumerate(((), (forced,))):
+            (tmp_path / str(i)).mkdir()
+            done = self.destroy(tmp_path / str(i), 255, resources=resources)
+            assert done.returncode == 2
+            assert "BucketNotEmpty" not in done.stderr and "If a destroy stalls" in done.stderr
+
+    def test_a_stack_that_does_not_exist_is_said_so_and_nothing_runs(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 255, stacks=("prod",))
+        assert done.returncode == 2
+        assert "lists no stack dev of this project" in done.stderr
+        assert "BucketNotEmpty" not in done.stderr and not (tmp_path / "destroyed").exists()
 
     def test_without_the_pulumi_cli_it_says_where_to_get_it(self, tmp_path: Path):
         done = self.destroy(tmp_path, None)
