@@ -291,7 +291,8 @@ class ModelConfig(StrictModel):
     fit_check: Literal["fail", "warn"] = Field(
         "fail",
         description="What a model that does not fit the GPUs does to preview: `fail` refuses the stack, "
-        "`warn` logs how far off it is and goes on (for an estimate you know to be pessimistic).",
+        "naming where it would fit (tensor parallelism across more GPUs of the kind, a bigger GPU); `warn` "
+        "logs how far off it is and goes on (for an estimate you know to be pessimistic).",
     )
     parameters_billions: float | None = Field(
         None,

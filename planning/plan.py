@@ -24,6 +24,7 @@ from planning.capacity import (
     WorkerResources,
     efa_per_pod,
     fit_report,
+    fits_elsewhere,
     idle_gpus,
     pods_per_node,
     shm_size,
@@ -433,7 +434,10 @@ def plan_stack(
         if model.fit_check == "warn":
             warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
         else:
-            problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
+            # The fixes first: where the model would fit, then the way to go on regardless.
+            elsewhere = fits_elsewhere(model, gpu, settings.serving.worker, host_kv)
+            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+            problems.append(f"{PROJECT}:model: {fit.summary()}{fixes}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
     kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
