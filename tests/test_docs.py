@@ -544,3 +544,19 @@ def test_the_exit_code_table_says_what_preflight_exits_with():
     _, passed = format_findings([Finding(True, "GPU quota", "64 vCPUs")])
     assert (passed, failed) == (0, 2)
     assert f"`preflight` exits {failed} for any problem it finds, not 1" in operations
+
+
+def test_the_readmes_hourly_figures_are_devs_plan(capsys: pytest.CaptureFixture[str]):
+    """README's serving and parked cost of dev are what `make plan` prints, at the snapshot it names."""
+    from ops.cli import main
+    from planning.price_snapshot import SNAPSHOT_DATE
+
+    assert main(["plan", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    (serving,) = re.findall(r"serving, GPU nodes at desiredSize: (\$[0-9.]+/h)", out)
+    (parked,) = re.findall(r"parked \(no GPU nodes\): (\$[0-9.]+/h)", out)
+    readme = _flat(ROOT / "README.md")
+    assert (
+        f"**{serving}** serving, {parked} parked, at the shipped us-east-1 prices of {SNAPSHOT_DATE}"
+        in readme
+    )
