@@ -501,21 +501,6 @@ def test_the_quotas_the_docs_name_are_those_preflight_checks_for_dev():
         assert f"{vcpus} of {code}" in operations
 
 
-def test_the_first_up_time_is_given_as_time_to_serving_estimates_it():
-    (ours,) = re.findall(
-        r"^\| \*\*total\*\* \| [^|]+ \| \*\*([^*]+)\*\* \|",
-        (ROOT / "docs" / "time-to-serving.md").read_text(),
-        re.M,
-    )
-    assert "Nothing here was measured" in (ROOT / "docs" / "time-to-serving.md").read_text()
-    readme, operations = _flat(ROOT / "README.md"), _flat(ROOT / "docs" / "operations.md")
-    assert f"The first `up` should take {ours}utes (estimated step by step, not measured" in readme
-    assert (
-        f"The first `up` should take {ours}utes, an estimate" in operations
-        and "not yet measured" in operations
-    )
-
-
 def test_the_kubeconfig_the_readme_writes_is_private_and_never_committed():
     readme = (ROOT / "README.md").read_text()
     (line,) = [line for line in readme.splitlines() if "> kubeconfig.json" in line]
@@ -544,19 +529,3 @@ def test_the_exit_code_table_says_what_preflight_exits_with():
     _, passed = format_findings([Finding(True, "GPU quota", "64 vCPUs")])
     assert (passed, failed) == (0, 2)
     assert f"`preflight` exits {failed} for any problem it finds, not 1" in operations
-
-
-def test_the_readmes_hourly_figures_are_devs_plan(capsys: pytest.CaptureFixture[str]):
-    """README's serving and parked cost of dev are what `make plan` prints, at the snapshot it names."""
-    from ops.cli import main
-    from planning.price_snapshot import SNAPSHOT_DATE
-
-    assert main(["plan", "--stack", "dev"]) == 0
-    out = capsys.readouterr().out
-    (serving,) = re.findall(r"serving, GPU nodes at desiredSize: (\$[0-9.]+/h)", out)
-    (parked,) = re.findall(r"parked \(no GPU nodes\): (\$[0-9.]+/h)", out)
-    readme = _flat(ROOT / "README.md")
-    assert (
-        f"**{serving}** serving, {parked} parked, at the shipped us-east-1 prices of {SNAPSHOT_DATE}"
-        in readme
-    )

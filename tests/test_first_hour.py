@@ -365,10 +365,16 @@ class TestDocsStayTrue:
             assert f"up to {nodes.max_size} x {nodes.instance_type}" in self.DESIGN, stack
 
     def test_the_first_up_takes_what_time_to_serving_says(self):
+        """An estimate, as time-to-serving.md says it is: nothing there was measured."""
         table = (ROOT / "docs" / "time-to-serving.md").read_text()
         (ours,) = re.findall(r"^\| \*\*total\*\* \| [^|]+ \| \*\*([\d-]+) min\*\* \|", table, flags=re.M)
-        for doc in ("README.md", "docs/operations.md"):
-            assert f"The first `up` takes {ours} minutes" in (ROOT / doc).read_text(), doc
+        assert "Nothing here was measured" in table
+        readme, operations = (
+            " ".join((ROOT / doc).read_text().split()) for doc in ("README.md", "docs/operations.md")
+        )
+        assert f"The first `up` should take {ours} minutes (estimated step by step, not measured" in readme
+        assert f"The first `up` should take {ours} minutes, an estimate" in operations
+        assert "not yet measured on this stack" in operations
 
     def test_the_readme_states_devs_region_and_cost_as_the_plan_computes_them(self):
         from planning.cost import CostReport, cost_report, price_queries
