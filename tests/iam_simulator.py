@@ -56,8 +56,9 @@ class Request:
     context: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
     why: str = field(default="", compare=False)
     unsafe: bool = False
-    key_policy: bool = False
-    """A KMS key: AWS asks its key policy too, here the default one, which leaves the decision to IAM."""
+    key_policy: str = ""
+    """A KMS key, whose key policy AWS asks too: "default" (leaves the decision to IAM) or "grants the
+    role" (a secrets provider's key whose policy allows the role itself to decrypt)."""
     """Past the simulator's request checks (simulate.mjs says which requests need it and why)."""
 
     def __str__(self) -> str:
@@ -146,9 +147,24 @@ def _simulation(environment: str, request: Request, policies: dict[str, Any]) ->
         own = identity_policies(environment, request.action.split(":", 1)[0].lower())
         policies.update(own)
         principal, identity, resource = role_arn(environment), list(own), None
-        if request.key_policy:
+        if request.key_policy == "default":
             resource = "the default KMS key policy"
             policies[resource] = DEFAULT_KEY_POLICY
+        elif request.key_policy == "grants the role":
+            resource = f"a key policy granting {environment}"
+            policies[resource] = {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"AWS": role_arn(environment)},
+                        "Action": "kms:Decrypt",
+                        "Resource": "*",
+                    }
+                ],
+            }
+        elif request.key_policy:
+            raise ValueError(request.key_policy)
     return {
         "identity": identity,
         "resource": resource,

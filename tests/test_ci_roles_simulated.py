@@ -147,7 +147,8 @@ DATA_READS = [
     Request("logs:FilterLogEvents", f"arn:aws:logs:{ELSEWHERE}:log-group:app"),
     Request("logs:StartQuery", f"arn:aws:logs:{ELSEWHERE}:log-group:app"),
     Request("logs:StartLiveTail", f"arn:aws:logs:{ELSEWHERE}:log-group:app"),
-    Request("kms:Decrypt", KEY, key_policy=True),
+    Request("kms:Decrypt", KEY, key_policy="default"),
+    Request("kms:Decrypt", KEY, (("kms:ResourceAliases", ("alias/team-data",)),), key_policy="default"),
     Request("ec2:GetPasswordData", f"arn:aws:ec2:{ELSEWHERE}:instance/i-0123456789abcdef0"),
 ]
 
@@ -184,9 +185,9 @@ PREVIEW_READS = [
     Request("eks:DescribeNodegroup", f"arn:aws:eks:{ELSEWHERE}:nodegroup/ray-llm-multinode/gpu/0a1b"),
     Request("eks:DescribeAddon", f"arn:aws:eks:{ELSEWHERE}:addon/ray-llm-multinode/vpc-cni/0a1b"),
     Request("eks:DescribeAccessEntry", f"{EKS}:access-entry/ray-llm-multinode/role/{ACCOUNT}/ci/0a1b"),
-    Request("kms:DescribeKey", KEY, key_policy=True),
-    Request("kms:GetKeyPolicy", KEY, key_policy=True),
-    Request("kms:GetKeyRotationStatus", KEY, key_policy=True),
+    Request("kms:DescribeKey", KEY, key_policy="default"),
+    Request("kms:GetKeyPolicy", KEY, key_policy="default"),
+    Request("kms:GetKeyRotationStatus", KEY, key_policy="default"),
     Request("logs:DescribeLogGroups", "*"),
     Request("s3:GetBucketPolicy", "arn:aws:s3:::ray-llm-multinode-logs"),
     Request("s3:GetEncryptionConfiguration", "arn:aws:s3:::ray-llm-multinode-logs"),
@@ -201,6 +202,15 @@ PREVIEW_READS = [
 @pytest.mark.parametrize("environment", READ_ROLES)
 def test_the_read_only_roles_are_denied_data_plane_reads(environment: str):
     assert _refused(_data_reads(environment), want_allowed=False) == []
+
+
+@pytest.mark.parametrize("environment", READ_ROLES)
+def test_the_read_only_roles_decrypt_with_their_stacks_secrets_key_only(environment: str):
+    """A KMS secrets provider (docs/operations.md, "State") keeps a preview working: the stack's own key,
+    by its alias, whose key policy grants the role; no other key, the other stack's included."""
+    own, others = _decrypts(environment)
+    assert _refused(own, want_allowed=True) == []
+    assert _refused(others, want_allowed=False) == []
 
 
 @pytest.mark.parametrize("environment", READ_ROLES)
@@ -289,6 +299,22 @@ def _data_reads(environment: str) -> list[tuple[str, Request]]:
     return [(environment, request) for request in DATA_READS]
 
 
+def _decrypts(environment: str) -> tuple[list[tuple[str, Request]], list[tuple[str, Request]]]:
+    stack, _ = sim.role_of(environment)
+    other = next(s for s in sim.STACKS if s != stack)
+
+    def decrypt(*aliases: str) -> tuple[str, Request]:
+        context = (("kms:ResourceAliases", aliases),)
+        return environment, Request("kms:Decrypt", KEY, context, key_policy="grants the role")
+
+    own = [
+        decrypt(f"alias/ray-llm-eks-secrets-{stack}"),
+        decrypt("alias/x", f"alias/ray-llm-eks-secrets-{stack}"),
+    ]
+    others = [decrypt(f"alias/ray-llm-eks-secrets-{other}"), decrypt("alias/ray-llm-eks-secrets"), decrypt()]
+    return own, others
+
+
 def _preview_reads(environment: str) -> list[tuple[str, Request]]:
     return [(environment, request) for request in PREVIEW_READS]
 
@@ -317,5 +343,6 @@ def _decide_every_request_at_once():
             others, own = _deploy_writes(environment)
             cases += others + own
         else:
-            cases += _data_reads(environment) + _preview_reads(environment)
+            own, others = _decrypts(environment)
+            cases += _data_reads(environment) + _preview_reads(environment) + own + others
     sim.decide(cases)
