@@ -76,8 +76,13 @@ def environments() -> list[str]:
     return sorted(template.replace("<stack>", stack) for template in roles() for stack in STACKS)
 
 
+ALONE = " (its shipped policies alone)"
+"""Appended to a deploy environment: the role without its `simulated_with` policy."""
+
+
 def role_of(environment: str) -> tuple[str, dict[str, Any]]:
     """(stack, role template) of an environment."""
+    environment = environment.removesuffix(ALONE)
     for template, role in roles().items():
         for stack in STACKS:
             if template.replace("<stack>", stack) == environment:
@@ -102,7 +107,8 @@ def identity_policies(environment: str, service: str) -> dict[str, dict[str, Any
     """The role's policies by name, the statements that can apply to an action of `service` only; a
     deploy role also gets its `simulated_with` policy."""
     stack, role = role_of(environment)
-    managed = [*role["managed"], *([role["simulated_with"]] if "simulated_with" in role else [])]
+    broadest = "simulated_with" in role and not environment.endswith(ALONE)
+    managed = [*role["managed"], *([role["simulated_with"]] if broadest else [])]
     policies = {arn: _managed(arn) for arn in managed}
     policies |= {f"{name} ({stack})": _document(IAM / name, stack) for name in role["inline"]}
     return {f"{name} [{service}]": _for_service(name, policy, service) for name, policy in policies.items()}

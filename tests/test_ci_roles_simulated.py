@@ -85,6 +85,13 @@ def test_each_role_is_allowed_every_request_its_jobs_make_for_its_own_stack(envi
     assert _refused(cases, want_allowed=True) == []
 
 
+@pytest.mark.parametrize("environment", DEPLOY_ROLES)
+def test_state_write_json_alone_grants_the_deploy_everything_it_asks_of_the_state(environment: str):
+    """The deploy role's own permissions are the person's choice and may grant no S3: the shipped state
+    policy must allow every request `up`, `refresh` and `destroy` make for the stack by itself."""
+    assert _refused(_own_jobs_alone(environment), want_allowed=True) == []
+
+
 def test_the_read_only_roles_write_nothing_not_even_a_lock():
     """A preview (with or without --refresh) never locks (backend.go:1197, apply.go:277): it needs no
     write."""
@@ -252,6 +259,10 @@ def _own_jobs(environment: str) -> list[tuple[str, Request]]:
     return [(environment, request) for request in sim.job_requests(environment)]
 
 
+def _own_jobs_alone(environment: str) -> list[tuple[str, Request]]:
+    return [(environment + sim.ALONE, request) for request in sim.job_requests(environment)]
+
+
 def _read_roles_writes() -> list[tuple[str, Request]]:
     cases = []
     for environment in READ_ROLES:
@@ -347,7 +358,7 @@ def _decide_every_request_at_once():
         cases += _versions(environment) + own + others
         if environment in DEPLOY_ROLES:
             others, own = _deploy_writes(environment)
-            cases += others + own
+            cases += others + own + _own_jobs_alone(environment)
         else:
             own, others = _decrypts(environment)
             cases += _data_reads(environment) + _preview_reads(environment) + own + others
