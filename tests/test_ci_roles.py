@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests import aws_iam
+from tests import aws_iam, iam_simulator
 from tests.fakes.pulumi import ROOT
 from tests.workflow_files import load
 
@@ -127,6 +127,10 @@ def test_every_action_resource_and_condition_key_is_in_awss_published_data(path:
         path.read_text().replace("ACCOUNT_ID", "123456789012").replace("STATE_BUCKET", "state-bucket")
     )
     assert aws_iam.document_errors(document) == []
+
+
+def test_roles_json_the_simulator_evaluates_has_every_environment_a_workflow_runs_in():
+    assert iam_simulator.environments() == sorted(environments())
 
 
 def test_the_docs_table_and_roles_json_attach_the_same_policies():

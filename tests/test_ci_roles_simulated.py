@@ -62,12 +62,6 @@ def test_every_step_cites_a_line_of_the_backend_and_no_request_names_a_version()
         assert any(needed in key for key in every_key), needed
 
 
-def test_the_simulated_roles_are_every_environment_a_workflow_runs_in():
-    from tests.test_ci_roles import environments
-
-    assert sim.environments() == sorted(environments())
-
-
 # --- each role can do its job ------------------------------------------------------------------------
 
 
