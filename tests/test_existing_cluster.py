@@ -404,6 +404,34 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
         assert entries[0].inputs["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
         assert any(f"{admin} has an access entry on the cluster already" in m for m in run.infos)
 
+    def test_a_refresh_principal_on_a_teams_cluster_is_told_it_reads_every_teams_secrets(self, team_run):
+        """Issue 47: `AmazonEKSAdminViewPolicy` at cluster scope reads every namespace's Secrets. A
+        narrower grant cannot be verified offline (planning/access.py), so the preview says what it reads
+        whenever one is listed on a team's cluster, and only then."""
+        drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-byo"
+        run = byo(cluster={"existingClusterName": TEAM_CLUSTER, "refreshPrincipalArns": [drift]})
+        (warning,) = [w for w in run.warnings if "cluster.refreshPrincipalArns" in w]
+        assert (
+            f"on team cluster {TEAM_CLUSTER}: {drift} get AmazonEKSAdminViewPolicy at cluster scope"
+            in warning
+        )
+        assert "every namespace's Secrets, the team's included" in warning
+        assert "not only this stack's namespaces: " in warning and "inference" in warning
+        assert "can change nothing" in warning and "without --refresh" in warning
+        (association,) = [
+            a
+            for a in run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+            if a.inputs["principalArn"] == drift
+        ]
+        assert association.inputs["policyArn"].endswith("/AmazonEKSAdminViewPolicy")
+        assert association.inputs["accessScope"] == {"type": "cluster"}  # what the warning says
+        assert not any("cluster.refreshPrincipalArns" in w for w in team_run.warnings)
+
+    def test_a_refresh_principal_on_the_stacks_own_cluster_is_not_warned_about(self):
+        drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
+        run = run_stack(overrides={"cluster": {"refreshPrincipalArns": [drift]}})
+        assert not any("refreshPrincipalArns" in w for w in run.warnings)
+
 
 class TestRefusedAtPreview:
     def test_a_cluster_that_does_not_exist(self):
