@@ -111,9 +111,14 @@ def rendered_and_applied(
 def test_render_holds_every_object_the_program_applies(stack, capsys):
     """By kind, namespace and name: a GitOps diff or the checkov scan of render misses nothing the
     program applies (once 7 of 58: the KubeRay operator's namespace and policies, the IMDS policies in
-    kube-system, Grafana's admin Secret)."""
-    documents, applied, _, _ = rendered_and_applied(stack, capsys)
+    kube-system, Grafana's admin Secret). Besides them the program registers only the charts' own: Helm
+    releases, and the charts' CRDs, applied from each chart's `crds/` files (a ConfigGroup each)."""
+    documents, applied, run, _ = rendered_and_applied(stack, capsys)
     assert sorted(documents, key=str) == sorted(applied, key=str)
+    groups = [r for r in run.registrations if r.type.startswith("kubernetes:") and not r.custom]
+    assert {r.type for r in groups} == {"kubernetes:yaml/v2:ConfigGroup"}
+    files = [f for r in groups for f in r.inputs["files"]]
+    assert files and all("/crds/" in f and f.startswith("https://raw.githubusercontent.com/") for f in files)
 
 
 def test_a_hugging_face_token_secret_is_rendered_as_a_placeholder(capsys, tmp_path):
