@@ -529,3 +529,19 @@ def test_the_exit_code_table_says_what_preflight_exits_with():
     _, passed = format_findings([Finding(True, "GPU quota", "64 vCPUs")])
     assert (passed, failed) == (0, 2)
     assert f"`preflight` exits {failed} for any problem it finds, not 1" in operations
+
+
+def test_the_readmes_picture_is_devs_cluster():
+    """The picture's Kubernetes version, system node type and GPU nodes are dev's, as its stack file and
+    the defaults give them."""
+    from tests.fakes.pulumi import stack_settings
+
+    dev = stack_settings("dev")
+    readme = (ROOT / "README.md").read_text()
+    assert f'subgraph EKS["EKS {dev.cluster.kubernetes_version} (' in readme
+    assert f'subgraph sys["system node group: {dev.system_nodes.instance_type}, role=system"]' in readme
+    gpu = f'subgraph gpu["GPU node group: {dev.gpu_nodes.desired_size} x {dev.gpu_nodes.instance_type}, '
+    assert gpu in readme
+    assert f"2 x {dev.gpu_nodes.instance_type} and an {dev.system_nodes.instance_type}" in _flat(
+        ROOT / "README.md"
+    )
