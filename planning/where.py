@@ -61,9 +61,10 @@ def own_cluster(
     record: StackRecord | None,
     offered: Sequence[str],
     creator: str,
+    model_bucket: str,
 ) -> Where:
     """The VPC and cluster the stack creates: zones and record from the stack's VPC (planning/zones.py);
-    `creator`: who created (or creates) its cluster."""
+    `creator`: who created (or creates) its cluster; `model_bucket`: its default bucket's kept name."""
     zones = plan_zones(settings, offered, record)
     key_warnings = plan_key_changes(settings, record)
     access = plan_access(settings, creator)
@@ -73,6 +74,7 @@ def own_cluster(
         creator,
         *key_choices(settings),
         gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        model_bucket=model_bucket,
     )
     return Where(
         context=plan.cluster,
@@ -94,10 +96,12 @@ def team_cluster(
     inventory: Inventory | str,
     own_namespaces: Mapping[str, str],
     team_entries: Sequence[str],
+    model_bucket: str,
 ) -> Where:
     """A team's cluster (`cluster.existingClusterName`): planned, with what runs in it
     (planning/existing_cluster.py, planning/addons.py). `team_entries`: the listed principals that
-    already have an access entry the stack did not make."""
+    already have an access entry the stack did not make; `model_bucket`: its default bucket's kept
+    name."""
     readable = isinstance(inventory, Inventory)
     engines = network_policy_engines(inventory, cluster.enforces_network_policies) if readable else None
     existing = plan_existing(settings, cluster, offered, record, policy_engines=engines)
@@ -124,6 +128,7 @@ def team_cluster(
         gpu_subnet=existing.gpu_subnet.id,
         installed=tuple(sorted(addons.install)),
         gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        model_bucket=model_bucket,
     )
     return Where(
         context=existing_context(settings, existing, addons),

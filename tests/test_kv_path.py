@@ -126,6 +126,15 @@ class TestInTheStack:
         assert "a full 4096-token prompt's KV (153 MiB per GPU, 25 MiB of it per-sequence state)" in line
         assert line.endswith("crosses in 161-321 ms")
 
+    def test_a_crossing_that_rounds_to_nothing_is_said_to_take_under_a_millisecond(self):
+        """p5 with tensorParallelSize 8: 19 MiB per GPU at GPUDirect RDMA's rate, 0.4 ms, never "0 ms"."""
+        from planning import plan_stack
+        from tests.fakes.pulumi import stack_settings
+
+        p5 = stack_settings("dev", gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8})
+        line = plan_stack(p5, stack="dev").kv_crossing.summary()
+        assert line.endswith("(19 MiB per GPU, 3 MiB of it per-sequence state) crosses in under 1 ms"), line
+
     def test_a_p5_stack_keeps_gpu_buffers_over_efa(self):
         run = run_stack(
             stack="prod",
