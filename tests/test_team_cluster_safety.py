@@ -5,6 +5,7 @@ own listings as the API gives them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from planning.addons import (
     other_node_autoscalers,
     self_managed_ebs_csi,
 )
+from planning.where import Where, team_cluster
 from tests.fakes.pulumi import stack_settings
+from world.offline import TeamCluster
 
 
 def deployment(namespace: str, name: str, image: str, **labels: str) -> dict[str, Any]:
@@ -195,3 +198,59 @@ def test_ops_lists_the_stacks_own_gpu_nodes_on_a_teams_cluster():
     assert gpu_node_selector(stack_settings("byo.example")) == "ray-llm-eks/inference=gpu"
     assert gpu_node_selector(stack_settings("dev")) == GPU_NODE_SELECTOR == "role=gpu-worker"
     assert gpu_node_selector(None) == "role=gpu-worker"
+
+
+EXPLICIT_ADDONS = {
+    **{
+        k: "install"
+        for k in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "envoyGateway", "dcgmExporter")
+    },
+    "loadBalancerController": "existing",
+    "prometheus": "install",
+    "clusterAutoscaler": "existing",
+}
+"""Every add-on decided in the stack file: what an unreadable cluster leaves the stack to plan with."""
+
+
+def planned_on(team: TeamCluster, **sections: dict[str, Any]) -> Where:
+    """planning/where.py `team_cluster` on `team` (world/offline.py TeamCluster), as a preview plans it;
+    with every add-on decided where its workloads cannot be read."""
+    if not team.readable:
+        sections = {"addons": EXPLICIT_ADDONS, **sections}
+    settings = stack_settings("byo.example", **sections)
+    return team_cluster(
+        settings,
+        cluster=team.description(),
+        record=None,
+        offered=[s.zone for s in team.subnets],
+        inventory=team.inventory(),
+        own_namespaces={},
+        team_entries=[],
+    )
+
+
+def cni_configured(configuration: str | None) -> TeamCluster:
+    """The default team cluster with the VPC CNI add-on's configuration values `configuration`."""
+    given = {"serviceAccountRoleArn": "arn:aws:iam::123456789012:role/cni"}
+    if configuration is not None:
+        given["configurationValues"] = configuration
+    return replace(TeamCluster(), addons={**TeamCluster().addons, "vpc-cni": given})
+
+
+class TestEnforcementWhereTheWorkloadsCannotBeRead:
+    """Issue 53 (1): no access entry yet, the API refused. No Calico or aws-node argument can be seen, so
+    the VPC CNI add-on's own configuration decides; an unenforced cluster is refused all the same, or
+    every team pod reaches Ray Serve on :8000 without an API key."""
+
+    def test_an_add_on_that_enforces_nothing_is_refused(self):
+        unreadable = replace(cni_configured(None), readable=False)
+        with pytest.raises(ConfigError) as raised:
+            planned_on(unreadable)
+        assert "cluster platform-prod enforces no NetworkPolicy" in str(raised.value)
+        accepted = planned_on(unreadable, cluster={"acceptUnenforcedNetworkPolicies": True})
+        assert any("acceptUnenforcedNetworkPolicies: accepted" in w for w in accepted.warnings)
+
+    def test_an_add_on_that_enforces_serves(self):
+        unreadable = replace(cni_configured('{"enableNetworkPolicy": "true"}'), readable=False)
+        where = planned_on(unreadable)
+        assert not any("NetworkPolicy" in w for w in where.warnings)
