@@ -254,3 +254,35 @@ class TestEnforcementWhereTheWorkloadsCannotBeRead:
         unreadable = replace(cni_configured('{"enableNetworkPolicy": "true"}'), readable=False)
         where = planned_on(unreadable)
         assert not any("NetworkPolicy" in w for w in where.warnings)
+
+
+class TestTheVpcCniConfiguration:
+    """Issue 53 (2): only "true" (in any case) turns the add-on's network policy agent on; "false", a
+    JSON false, an empty or unparsable configuration all read as off, and the cluster is refused."""
+
+    @pytest.mark.parametrize(
+        "configuration",
+        [
+            '{"enableNetworkPolicy": "false"}',
+            '{"enableNetworkPolicy": "False"}',
+            '{"enableNetworkPolicy": false}',
+            '{"enableNetworkPolicy": ""}',
+            '{"env": {"ENABLE_PREFIX_DELEGATION": "true"}}',
+            "",
+            "not json",
+            None,
+        ],
+    )
+    def test_anything_but_true_is_off_and_refused(self, configuration):
+        team = cni_configured(configuration)
+        assert not team.description().enforces_network_policies
+        with pytest.raises(ConfigError, match="cluster platform-prod enforces no NetworkPolicy"):
+            planned_on(team)
+
+    @pytest.mark.parametrize(
+        "configuration", ['{"enableNetworkPolicy": "true"}', '{"enableNetworkPolicy": "TRUE"}']
+    )
+    def test_true_is_on(self, configuration):
+        team = cni_configured(configuration)
+        assert team.description().enforces_network_policies
+        planned_on(team)
