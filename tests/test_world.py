@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import pytest
 from config import ConfigError
 from planning.zones import TAG_STACK
 from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
-from tests.fakes.existing import TEAM_WITH_GATEWAY, TeamCluster
+from tests.fakes.existing import TEAM_WITH_GATEWAY, TeamCluster, wire
 from tests.fakes.pulumi import DEFAULT_OFFERINGS, AwsState, StackMocks, run_stack, stack_file_config
 from world.aws import AwsWorld
 from world.identity import AssumedRole, Identity, provider_identity
@@ -398,3 +398,67 @@ class TestTheTeamsApi:
             TeamCluster().description()
         )
         assert read == "`aws eks get-token` failed: Unable to locate credentials"
+
+
+@dataclass(frozen=True)
+class DefaultVpcTeam(TeamCluster):
+    """A team cluster in a default-VPC layout: the VPC's main route table sends 0.0.0.0/0 to an internet
+    gateway and no subnet has a table of its own, except `nat_subnets`, explicitly associated with a NAT
+    table. The default fixture's layout (a NAT main table, public subnets associated explicitly) gives
+    the same answer whether or not the main table is consulted; this one does not."""
+
+    nat_subnets: tuple[str, ...] = ()
+
+    def route_tables(self) -> dict[str, dict[str, Any]]:
+        from pulumi_aws.ec2 import outputs
+
+        def route(**given: Any) -> dict[str, Any]:
+            return wire(outputs.GetRouteTableRouteResult, cidrBlock="0.0.0.0/0", **given)
+
+        def association(**given: Any) -> dict[str, Any]:
+            return wire(outputs.GetRouteTableAssociationResult, **given)
+
+        return {
+            "rtb-nat": {
+                "id": "rtb-nat",
+                "routeTableId": "rtb-nat",
+                "routes": [route(natGatewayId="nat-0123456789abcdef0")],
+                "associations": [association(subnetId=s, routeTableId="rtb-nat") for s in self.nat_subnets],
+            },
+            "rtb-main": {
+                "id": "rtb-main",
+                "routeTableId": "rtb-main",
+                "routes": [route(gatewayId="igw-0123456789abcdef0")],
+                "associations": [association(main=True, routeTableId="rtb-main")],
+            },
+        }
+
+
+class TestASubnetWithoutATableOfItsOwn:
+    """Issue 53 (3): a subnet with no explicit route-table association is judged by the VPC's main table
+    (DescribeRouteTables' subnet filter matches explicit associations only)."""
+
+    PRIVATE = "subnet-0aa0000000000000a"
+
+    @pytest.fixture
+    def read(self):
+        def read(team: DefaultVpcTeam) -> dict[str, bool]:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            pulumi.runtime.settings.ROOT.set(None)
+            mocks = StackMocks(DEFAULT_OFFERINGS, AwsState(team=team), "us-east-1", any_region=True)
+            pulumi.runtime.set_mocks(mocks, project="ray-llm-eks", stack="dev", preview=False)
+            cluster = AwsWorld(Identity(region="us-east-1"), Path(".")).existing_cluster(team.name)
+            assert cluster == AwsState(team=team).world("us-east-1").existing_cluster(team.name)
+            return {s.id: s.private for s in cluster.subnets}
+
+        yield read
+        pulumi.runtime.settings.ROOT.set(None)
+
+    def test_a_main_table_to_an_internet_gateway_makes_every_unassociated_subnet_public(self, read):
+        public = tuple(replace(s, public=True) for s in TeamCluster().subnets)
+        assert read(DefaultVpcTeam(subnets=public)) == {s.id: False for s in public}
+
+    def test_an_explicit_nat_table_wins_over_a_public_main_table(self, read):
+        layout = tuple(replace(s, public=s.id != self.PRIVATE) for s in TeamCluster().subnets)
+        private = read(DefaultVpcTeam(subnets=layout, nat_subnets=(self.PRIVATE,)))
+        assert private == {s.id: s.id == self.PRIVATE for s in layout}
