@@ -351,3 +351,15 @@ class TestTheTransferFloor:
         assert any("network_gbps 25, EC2 says 50.0" in w for w in warnings)
         same, quiet = from_ec2(g6(25.0), CATALOG["g6.8xlarge"])
         assert same.network_gbps == 25.0 and quiet == []
+
+
+class TestWhatTheLastWaveLeftUnheld:
+    """Issue 53 (6): cases no test planned."""
+
+    @pytest.mark.parametrize("gpu", ["p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+    def test_auto_with_an_attention_only_model_keeps_gpu_buffers_on_gpudirect_types(self, gpu):
+        """Host buffers would cost two extra copies through host memory where the EFA device reads GPU
+        memory itself; `auto` keeps GPU buffers there, whatever the model."""
+        path, warnings = plan_kv_path(model(**ATTENTION_ONLY, kvBufferDevice="auto"), CATALOG[gpu])
+        assert (path.backends, path.buffer_device, path.mechanism) == (("LIBFABRIC",), "cuda", "gpudirect")
+        assert warnings == []
