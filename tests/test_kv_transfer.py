@@ -577,3 +577,39 @@ class TestTheCommand:
 def test_probe_spec_sizes():
     spec = ProbeSpec(backends=("UCX",), memory="DRAM")
     assert spec.total_bytes == 256 * MIB and replace(spec, blocks=1).total_bytes == 4 * MIB
+
+
+def replayed(case: str) -> ProbeRun:
+    found = recording(case)
+    return ProbeRun(pair=Pair(**found.pop("pair")), **found)
+
+
+UCX_HOST_SPEC = ProbeSpec(backends=("UCX",), memory="DRAM", blocks=8, block_bytes=MIB, iterations=3)
+
+
+class TestWhatTheLastWaveLeftUnheld:
+    """Issue 53 (8), on the real NIXL recording of UCX over TCP (host buffers), which passes as
+    recorded where the plan chose it."""
+
+    @pytest.mark.parametrize(
+        ("which", "keep", "said"),
+        [
+            ("last", 7, "the last transfer returned 7 of 8 blocks"),
+            ("first", 1, "the first transfer returned 1 of 8 blocks"),
+            ("first", 0, "the first transfer returned 0 of 8 blocks"),
+            ("last", 9, "the last transfer returned 9 of 8 blocks"),
+        ],
+    )
+    def test_a_probe_that_returns_another_number_of_digests_than_it_sent_is_not_intact(
+        self, which, keep, said
+    ):
+        """Every digest it did return matches: only the count says blocks went missing."""
+        run = replayed("ucx-tcp")
+        assert run.read_result and run.ready
+        sent = run.ready["sha256"]
+        assert judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)[0].passed
+        returned = (sent * 2)[:keep]
+        run.read_result["sha256"] = {**run.read_result["sha256"], which: returned}
+        transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and said in transfer.reason, transfer.reason
+        assert not bandwidth.passed
