@@ -588,7 +588,7 @@ UCX_HOST_SPEC = ProbeSpec(backends=("UCX",), memory="DRAM", blocks=8, block_byte
 
 
 class TestWhatTheLastWaveLeftUnheld:
-    """Issue 53 (8), on the real NIXL recording of UCX over TCP (host buffers), which passes as
+    """Issue 53 (8, 9), on the real NIXL recording of UCX over TCP (host buffers), which passes as
     recorded where the plan chose it."""
 
     @pytest.mark.parametrize(
@@ -613,3 +613,16 @@ class TestWhatTheLastWaveLeftUnheld:
         transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
         assert not transfer.passed and said in transfer.reason, transfer.reason
         assert not bandwidth.passed
+
+    def test_without_a_plan_a_transfer_over_tcp_fails(self):
+        """`ops verify` without a stack expects EFA by any mechanism: UCX over TCP, every byte intact and
+        UCX among the backends asked for, still fails."""
+        transfer, bandwidth = judge(replayed("ucx-tcp"), UCX_HOST_SPEC, "cpu", None, None)
+        assert not transfer.passed
+        assert "the plan expected EFA, and TCP carried the bytes" in transfer.reason
+        assert not bandwidth.passed
+        checks, _, _ = probe(
+            backends=("LIBFABRIC", "UCX"), faults=Faults(backend_used="UCX"), logs=ucx_logs(), floor=None
+        )
+        passed, reason = checks[CHECK_TRANSFER]
+        assert not passed and "the plan expected EFA, and TCP carried the bytes" in reason
