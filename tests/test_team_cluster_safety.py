@@ -18,6 +18,7 @@ from planning.addons import (
     network_policy_engines,
     other_node_autoscalers,
     self_managed_ebs_csi,
+    tolerates,
 )
 from planning.where import Where, team_cluster
 from tests.fakes.pulumi import stack_settings
@@ -286,3 +287,63 @@ class TestTheVpcCniConfiguration:
         team = cni_configured(configuration)
         assert team.description().enforces_network_policies
         planned_on(team)
+
+
+GPU_TAINT = {"key": "ray-llm-eks/inference", "value": "gpu", "effect": "NoSchedule"}
+
+
+class TestWhichTolerationLetsATeamsPluginOnTheGpuNodes:
+    """Issue 53's sweep: planning/addons.py `tolerates`, which decides whether a team's device plugin
+    would run on the stack's GPU nodes (if not, the stack refuses it: the GPUs or EFA devices would never
+    be advertised and no worker would schedule). The scheduler's rules, each shape of toleration."""
+
+    @pytest.mark.parametrize(
+        "toleration",
+        [
+            {"operator": "Exists"},
+            {"key": "ray-llm-eks/inference", "operator": "Exists"},
+            {"key": "ray-llm-eks/inference", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "ray-llm-eks/inference", "operator": "Equal", "value": "gpu"},
+            {"key": "ray-llm-eks/inference", "value": "gpu"},  # Equal is the default operator
+        ],
+    )
+    def test_these_tolerate_it(self, toleration):
+        assert tolerates([toleration], GPU_TAINT)
+
+    @pytest.mark.parametrize(
+        "toleration",
+        [
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"operator": "Equal", "value": "gpu"},  # an empty key needs Exists
+            {"key": "ray-llm-eks/inference", "operator": "Exists", "effect": "NoExecute"},
+            {"operator": "Exists", "effect": "PreferNoSchedule"},
+            {"key": "ray-llm-eks/inference", "operator": "Equal", "value": "system"},
+            {"key": "ray-llm-eks/inference"},  # Equal to the empty value
+        ],
+    )
+    def test_these_do_not(self, toleration):
+        assert not tolerates([toleration], GPU_TAINT)
+        assert tolerates([toleration, {"operator": "Exists"}], GPU_TAINT)  # any one toleration is enough
+
+
+class TestOtherEnginesAndAutoscalersUnderOtherNames:
+    """Issue 53's sweep: what finds Karpenter and a NetworkPolicy engine where name or image do not say."""
+
+    def test_karpenter_from_a_mirrored_image_by_its_label(self):
+        mirrored = deployment(
+            "kube-system",
+            "node-provisioner",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/mirror/controller:1.14.1",
+            **{"app.kubernetes.io/name": "karpenter"},
+        )
+        assert other_node_autoscalers(inventory([mirrored])) == [
+            "Karpenter (Deployment kube-system/node-provisioner)"
+        ]
+
+    @pytest.mark.parametrize("app", ["calico-node", "cilium"])
+    def test_calico_and_cilium_by_their_k8s_app_label(self, app):
+        renamed = daemonset("kube-system", "cni-agent", {"name": "agent", "image": "x"}, **{"k8s-app": app})
+        assert network_policy_engines(inventory([], [AWS_NODE_OFF, renamed]), False) == [
+            "cni-agent (DaemonSet kube-system/cni-agent)"
+        ]
+        assert network_policy_engines(inventory([renamed]), False) == []  # a DaemonSet, not a Deployment
