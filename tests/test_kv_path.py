@@ -386,3 +386,11 @@ class TestWhatTheLastWaveLeftUnheld:
         assert plans[2].kv_bytes == per_token * 4096 // 2 + state // 2
         assert plans[1].seconds and plans[2].seconds and plans[2].seconds[1] < plans[1].seconds[1] * 0.51
         assert "(77 MiB per GPU, 13 MiB of it per-sequence state)" in plans[2].summary()
+
+    def test_libfabric_after_ucx_still_plans_efa(self):
+        """Issue 53's sweep: nixlBackends [UCX, LIBFABRIC] keeps LIBFABRIC, and the path over EFA; only a
+        list without it goes over TCP."""
+        for gpu, mechanism in (("g6.8xlarge", "emulated"), ("p5.48xlarge", "gpudirect")):
+            path, warnings = plan_kv_path(model(nixlBackends=["UCX", "LIBFABRIC"]), CATALOG[gpu])
+            assert path.backends == ("UCX", "LIBFABRIC") and path.over_efa
+            assert path.mechanism == mechanism and warnings == []

@@ -626,3 +626,16 @@ class TestWhatTheLastWaveLeftUnheld:
         )
         passed, reason = checks[CHECK_TRANSFER]
         assert not passed and "the plan expected EFA, and TCP carried the bytes" in reason
+
+    @pytest.mark.parametrize("reported", [{}, None])
+    def test_a_reader_that_reports_no_digests_is_not_intact(self, reported):
+        """Nothing to compare is not a match: the verdict must not say every block's SHA-256 matched."""
+        run = replayed("ucx-tcp")
+        assert run.read_result
+        if reported is None:
+            del run.read_result["sha256"]
+        else:
+            run.read_result["sha256"] = reported
+        transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and "the reader reported no digests" in transfer.reason
+        assert not bandwidth.passed
