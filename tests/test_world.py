@@ -462,3 +462,24 @@ class TestASubnetWithoutATableOfItsOwn:
         layout = tuple(replace(s, public=s.id != self.PRIVATE) for s in TeamCluster().subnets)
         private = read(DefaultVpcTeam(subnets=layout, nat_subnets=(self.PRIVATE,)))
         assert private == {s.id: s.id == self.PRIVATE for s in layout}
+
+
+@pytest.mark.parametrize(
+    ("roles", "said"),
+    [
+        ([{"sessionName": "ci"}], r"aws:assumeRoles\[0\]\.roleArn: not set"),
+        ([{"roleArn": ""}], r"aws:assumeRoles\[0\]\.roleArn: not set"),
+        (["arn:aws:iam::123456789012:role/deployer"], "aws:assumeRoles: must be a list of objects"),
+        (
+            {"roleArn": "arn:aws:iam::123456789012:role/deployer"},
+            "aws:assumeRoles: must be a list of objects",
+        ),
+    ],
+)
+def test_an_assumed_role_the_cli_could_not_assume_is_refused_in_every_shape(roles, said):
+    """Issue 53's sweep: `aws:assumeRoles` without a role, or not as pulumi-aws reads it (a list of
+    objects, here also as the JSON string a stack file may hold), is refused naming the key; the reads
+    through the AWS CLI would otherwise ask as someone other than the provider."""
+    for given in (roles, json.dumps(roles)):
+        with pytest.raises(ConfigError, match=said):
+            provider_identity({"aws:assumeRoles": given}, "us-east-1", team_cluster=False)
