@@ -1012,3 +1012,26 @@ class TestWhereTheNodesGoPlannedAlone:
         assert [s.id for s in plan.system_subnets] == ["subnet-0b0"]
         assert plan.gpu_subnet.id == "subnet-0b0"
         assert any("outside cluster platform-prod's own" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("key", ["adminPrincipalArns", "viewerPrincipalArns", "refreshPrincipalArns"])
+def test_a_principal_of_every_list_with_the_teams_entry_keeps_it(key):
+    """Issue 53's sweep: EKS refuses a second access entry for a principal (ResourceInUseException at
+    `up`), so a listed principal that already has the team's entry is left as the team made it, whichever
+    list names it; the refresh list had been left out of what the program asks EKS about."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from tests.fakes.pulumi import stack_settings
+    from world.reads import where_it_serves
+
+    principal = "arn:aws:iam::123456789012:role/platform-drift"
+    world = AwsState(team=TeamCluster(access_entries={principal: {"owner": "platform"}})).world(
+        TeamCluster().region
+    )
+    settings = stack_settings(STACK, cluster={key: [principal]})
+    plan = plan_stack(settings, stack=STACK)
+    where = where_it_serves(
+        settings, plan, "ray-llm-eks/byo", world, world.caller(), own_namespaces(settings, plan.cluster_name)
+    )
+    assert principal not in [e.principal_arn for e in where.access.entries]
+    assert any(f"{principal} has an access entry on the cluster already" in i for i in where.infos)
