@@ -25,7 +25,7 @@ import pytest
 from config import ConfigError
 from planning.zones import TAG_STACK
 from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
-from tests.fakes.existing import TEAM_WITH_GATEWAY, TeamCluster, wire
+from tests.fakes.existing import DEFAULT_SUBNETS, TEAM_WITH_GATEWAY, TeamCluster, wire
 from tests.fakes.pulumi import DEFAULT_OFFERINGS, AwsState, StackMocks, run_stack, stack_file_config
 from world.aws import AwsWorld
 from world.identity import AssumedRole, Identity, provider_identity
@@ -483,3 +483,84 @@ def test_an_assumed_role_the_cli_could_not_assume_is_refused_in_every_shape(role
     for given in (roles, json.dumps(roles)):
         with pytest.raises(ConfigError, match=said):
             provider_identity({"aws:assumeRoles": given}, "us-east-1", team_cluster=False)
+
+
+@dataclass(frozen=True)
+class ConnectedVpcTeam(TeamCluster):
+    """The default team cluster in a VPC connected to the rest of the company, as most are: its private
+    subnets' table also routes 10.0.0.0/8 to a virtual private gateway (VPN, Direct Connect) and
+    172.16.0.0/12 to a transit gateway; and a range once associated with the VPC, now disassociated."""
+
+    def route_tables(self) -> dict[str, dict[str, Any]]:
+        from pulumi_aws.ec2 import outputs
+
+        tables = super().route_tables()
+        tables["rtb-main"]["routes"] += [
+            wire(outputs.GetRouteTableRouteResult, cidrBlock="10.0.0.0/8", gatewayId="vgw-0123456789abcdef0"),
+            wire(
+                outputs.GetRouteTableRouteResult,
+                cidrBlock="172.16.0.0/12",
+                transitGatewayId="tgw-0123456789abcdef0",
+            ),
+        ]
+        return tables
+
+    def vpc(self) -> dict[str, Any]:
+        from pulumi_aws.ec2 import outputs
+
+        answer = super().vpc()
+        answer["cidrBlockAssociations"].append(
+            wire(
+                outputs.GetVpcCidrBlockAssociationResult,
+                associationId="vpc-cidr-assoc-old",
+                cidrBlock="10.99.0.0/16",
+                state="disassociated",
+            )
+        )
+        return answer
+
+
+class TestATeamsVpcAsEc2DescribesIt:
+    """Issue 53's sweep: what world/aws.py reads of a team's VPC and add-ons, on answers the default
+    fixture does not give (and the offline world agreeing)."""
+
+    @pytest.fixture
+    def described(self):
+        def described(team: TeamCluster) -> Any:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            pulumi.runtime.settings.ROOT.set(None)
+            mocks = StackMocks(DEFAULT_OFFERINGS, AwsState(team=team), "us-east-1", any_region=True)
+            pulumi.runtime.set_mocks(mocks, project="ray-llm-eks", stack="dev", preview=False)
+            cluster = AwsWorld(Identity(region="us-east-1"), Path(".")).existing_cluster(team.name)
+            assert cluster == AwsState(team=team).world("us-east-1").existing_cluster(team.name)
+            return cluster
+
+        yield described
+        pulumi.runtime.settings.ROOT.set(None)
+
+    def test_a_vpn_or_transit_gateway_route_leaves_a_subnet_private(self, described):
+        """Only an internet gateway (igw-) makes a subnet public; a VPC with VPN and transit routes on
+        its private subnets' table would otherwise have none private, and be refused."""
+        cluster = described(ConnectedVpcTeam())
+        assert {s.id: s.private for s in cluster.subnets} == {s.id: not s.public for s in DEFAULT_SUBNETS}
+
+    def test_a_disassociated_range_is_not_the_vpcs(self, described):
+        """The VPC's ranges are what the NLB and the NetworkPolicies admit: not one it gave up."""
+        assert described(ConnectedVpcTeam()).vpc_cidrs == ("10.20.0.0/16", "100.64.0.0/16")
+
+    def test_a_vpc_cni_with_a_pod_identity_association_has_a_role_of_its_own(self, described):
+        """Then the stack's node role needs no AmazonEKS_CNI_Policy (least privilege)."""
+        from pulumi_aws.eks import outputs
+
+        association = wire(
+            outputs.GetAddonPodIdentityAssociationResult,
+            roleArn="arn:aws:iam::123456789012:role/cni",
+            serviceAccount="aws-node",
+        )
+        cni = {
+            "configurationValues": '{"enableNetworkPolicy": "true"}',
+            "podIdentityAssociations": [association],
+        }
+        team = replace(TeamCluster(), addons={**TeamCluster().addons, "vpc-cni": cni})
+        cluster = described(team)
+        assert "vpc-cni" in cluster.addon_roles and not cluster.cni_uses_node_role
