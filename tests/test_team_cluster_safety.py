@@ -347,3 +347,60 @@ class TestOtherEnginesAndAutoscalersUnderOtherNames:
             "cni-agent (DaemonSet kube-system/cni-agent)"
         ]
         assert network_policy_engines(inventory([renamed]), False) == []  # a DaemonSet, not a Deployment
+
+
+class TestTheTeamsEnvoyGatewayClass:
+    """Issue 53's sweep: on a cluster running Envoy Gateway, the stack's Gateway takes a GatewayClass of
+    Envoy Gateway's controller that the controller accepted, never another controller's or one not
+    accepted (its Gateway would never be programmed, and the endpoint never answer)."""
+
+    @staticmethod
+    def planned(*classes: dict[str, Any]) -> Any:
+        from planning.addons import plan_addons
+        from tests.fakes.existing import TEAM_WITH_GATEWAY
+
+        team = replace(TEAM_WITH_GATEWAY, gateway_classes=classes)
+        return plan_addons(stack_settings("byo.example"), team.inventory())
+
+    @staticmethod
+    def gateway_class(name: str, controller: str, accepted: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {"controllerName": controller},
+            "status": {"conditions": [{"type": "Accepted", "status": accepted}]},
+        }
+
+    ENVOY = "gateway.envoyproxy.io/gatewayclass-controller"
+
+    def test_an_accepted_class_of_envoy_gateway_is_used_whatever_else_is_there(self):
+        plan = self.planned(
+            self.gateway_class("a-istio", "istio.io/gateway-controller", "True"),
+            self.gateway_class("b-pending", self.ENVOY, "False"),
+            self.gateway_class("c-eg", self.ENVOY, "True"),
+        )
+        assert plan.gateway is not None and plan.gateway.class_name == "c-eg"
+
+    @pytest.mark.parametrize(
+        ("controller", "accepted"),
+        [("istio.io/gateway-controller", "True"), (ENVOY, "False"), (ENVOY, "Unknown")],
+    )
+    def test_no_usable_class_is_refused(self, controller, accepted):
+        with pytest.raises(ConfigError, match="has accepted no GatewayClass of controller"):
+            self.planned(self.gateway_class("eg", controller, accepted))
+
+
+def test_a_teams_kuberay_whose_image_names_no_version_is_warned():
+    """Issue 53's sweep: a KubeRay operator by digest or `latest` may be older than the RayService's
+    fields need; the preview says so rather than nothing (an older one by version is refused)."""
+    from planning.addons import plan_addons
+    from world.offline import workload
+
+    for image in ("quay.io/kuberay/operator:latest", "quay.io/kuberay/operator@sha256:" + "0" * 64):
+        operator = workload("Deployment", "ray-system", "kuberay-operator", "kuberay-operator", image)
+        team = replace(TeamCluster(), deployments=(*TeamCluster().deployments, operator))
+        plan = plan_addons(stack_settings("byo.example"), team.inventory())
+        assert any(
+            "addons.kuberay: the cluster's operator (Deployment ray-system/kuberay-operator) names no "
+            "version in its image" in w
+            for w in plan.warnings
+        ), plan.warnings
