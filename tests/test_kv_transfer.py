@@ -639,3 +639,18 @@ class TestWhatTheLastWaveLeftUnheld:
         transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
         assert not transfer.passed and "the reader reported no digests" in transfer.reason
         assert not bandwidth.passed
+
+    def test_a_reader_that_reports_the_first_transfers_digests_only_is_not_intact(self):
+        """The verdict says every block matched after the first and the last transfer: a reader that
+        reported the first alone has not shown the last (the check that catches blocks that stop
+        arriving, nixl#909)."""
+        run = replayed("ucx-tcp")
+        assert run.read_result and len(run.read_result["seconds"]) > 1
+        del run.read_result["sha256"]["last"]
+        transfer, _ = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and "no digests after the last transfer" in transfer.reason
+        once = replayed("ucx-tcp")
+        assert once.read_result
+        once.read_result["seconds"] = once.read_result["seconds"][:1]  # one transfer: first and last alike
+        del once.read_result["sha256"]["last"]
+        assert judge(once, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)[0].passed
