@@ -20,7 +20,7 @@ from planning.addons import (
     self_managed_ebs_csi,
     tolerates,
 )
-from planning.where import Where, team_cluster
+from planning.where import Where
 from tests.fakes.pulumi import stack_settings
 from world.offline import TeamCluster
 
@@ -214,20 +214,20 @@ EXPLICIT_ADDONS = {
 
 
 def planned_on(team: TeamCluster, **sections: dict[str, Any]) -> Where:
-    """planning/where.py `team_cluster` on `team` (world/offline.py TeamCluster), as a preview plans it;
-    with every add-on decided where its workloads cannot be read."""
+    """What a preview plans on `team` (world/offline.py TeamCluster): world/reads.py `where_it_serves`
+    against the offline world, no stack run; every add-on decided where its workloads cannot be read."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.offline import OfflineWorld
+    from world.reads import where_it_serves
+
     if not team.readable:
         sections = {"addons": EXPLICIT_ADDONS, **sections}
     settings = stack_settings("byo.example", **sections)
-    return team_cluster(
-        settings,
-        cluster=team.description(),
-        record=None,
-        offered=[s.zone for s in team.subnets],
-        inventory=team.inventory(),
-        own_namespaces={},
-        team_entries=[],
-    )
+    plan = plan_stack(settings, stack="byo.example")
+    world = OfflineWorld(region=team.region, team=team)
+    namespaces = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, "ray-llm-eks/byo.example", world, world.caller(), namespaces)
 
 
 def cni_configured(configuration: str | None) -> TeamCluster:
