@@ -418,3 +418,30 @@ class TestDocsStayTrue:
                     assert command not in needs, (
                         f"{doc}: `ops {command}` without --stack: {line.strip()[:90]}"
                     )
+
+
+def test_preflight_says_a_team_cluster_went_unchecked_and_a_region_that_did_not_answer_once():
+    """Issue 53's sweep: the skipped checks of a stack on a team's cluster name the cluster, and a
+    region that did not answer is its failure, not also a skipped line."""
+    from tests.fakes.pulumi import stack_settings
+
+    byo = stack_settings("byo.example")
+    tools = {
+        "pulumi version": (0, "v3.200.0\n", ""),
+        "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
+    }
+    no_credentials = answers({**tools, "aws sts": (255, "", "Unable to locate credentials\n")})
+    report, _ = format_findings(preflight(byo, no_credentials))
+    assert "skip  cluster platform-prod: skipped (no AWS credentials): that it is ACTIVE" in report
+    unanswered = answers(
+        {
+            **tools,
+            "aws sts": (0, IDENTITY, ""),
+            "aws ec2 describe-availability-zones": (255, "", "An error occurred (AuthFailure)\n"),
+        }
+    )
+    report, code = format_findings(preflight(byo, unanswered))
+    region = f"region {byo.region}"
+    assert code == 2 and f"FAIL  {region}: An error occurred (AuthFailure)" in report
+    assert report.count(f"  {region}:") == 1, report
+    assert f"skip  cluster platform-prod: skipped ({region} not answered)" in report

@@ -185,7 +185,13 @@ def where_it_serves(
 
     if name:
         cluster = existing_cluster(world, name)
-        principals = (*settings.cluster.admin_principal_arns, *settings.cluster.viewer_principal_arns)
+        listed = settings.cluster
+        # Every list planning/access.py gives an entry: EKS refuses a second one for a principal.
+        principals = (
+            *listed.admin_principal_arns,
+            *listed.viewer_principal_arns,
+            *listed.refresh_principal_arns,
+        )
         record = world.existing_record(stack_id)
         return team_cluster(
             settings,
