@@ -212,13 +212,16 @@ class LlmScalingPolicy:
         # Ray calls this every control-loop tick, through its delay windows too: one line per decision.
         if replicas != state.get(DECIDED, current):
             logger.info(
-                "llm autoscaling: %s %s %s -> %s replicas (%s %s, target %s per replica)",
+                "llm autoscaling: %s %s %s -> %s replicas (%s %s from reading %s and %s requests, target %s "
+                "per replica)",
                 ctx.deployment_name,
                 "up" if replicas > current else "down" if replicas < current else "holds",
                 current,
                 replicas,
                 self.signal,
                 load,
+                state.get(READING),
+                ctx.total_num_requests,
                 self.target,
             )
         state[DECIDED] = replicas
