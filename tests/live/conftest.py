@@ -16,8 +16,9 @@ Session-scoped fixtures, for any live test module:
   sets it; `PYTHONPATH` holding the plugins ConfigMap's files as rendered, and this directory for
   tests/live/standin.py). `deploy(applications)` PUTs a serve config through the dashboard's Serve REST
   API with the token, as KubeRay does; `applications()` reads it back.
-- `prometheus` (`LivePrometheus`): the Debian package's `prometheus` server (.cache/promtool/usr/bin,
-  beside promtool), scraping the head's metrics ports with the labels the stack's PodMonitors give
+- `prometheus` (`LivePrometheus`): a `prometheus` server on PATH, or the Debian package's that .ci/run
+  unpacks (.cache/promtool/usr/bin, beside promtool), scraping the head's metrics ports with the labels
+  the stack's PodMonitors give
   (prometheus-operator's own relabelings, pkg/prometheus/promcfg.go: namespace, pod, container, `job`
   `<monitor namespace>/<monitor name>`, `endpoint` the port's name; then the monitor's relabelings,
   which add `ray_io_cluster` from the pod's `ray.io/cluster` label), with the stack's PrometheusRule
@@ -72,7 +73,8 @@ LIVE_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpuNodes": {"minSize": 0, "desiredSize": 2, "maxSize": 4},
 }
 """Each side may scale (1 to 2; aggregated 2 to 4) on the LLM signal, with delays short enough to watch."""
-PROMETHEUS = ROOT / ".cache" / "promtool" / "usr" / "bin" / "prometheus"
+PROMETHEUS = Path(shutil.which("prometheus") or ROOT / ".cache" / "promtool" / "usr" / "bin" / "prometheus")
+"""On PATH, or where .ci/run unpacks Debian's prometheus package (beside promtool)."""
 DEADLINE = 120.0
 """Startup waits: a loaded two-core machine starts a Ray head in 10 to 60 s."""
 
@@ -135,7 +137,7 @@ def running(process: subprocess.Popen[bytes], log: Path) -> bool:
     """True while `process` runs; its log's end as the failure once it stopped."""
     if process.poll() is not None:
         pytest.fail(
-            f"{process.args[0]} exited {process.returncode}: {log.read_text(errors='replace')[-3000:]}"
+            f"{process.args!r} exited {process.returncode}: {log.read_text(errors='replace')[-3000:]}"
         )
     return True
 
@@ -199,7 +201,7 @@ def ray_head(live_stack: StackRun, tmp_path_factory: pytest.TempPathFactory) -> 
         live_stack.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"].items()
     ):
         (plugins / name).write_text(text)
-    temp = Path(tempfile.mkdtemp(prefix="rl46", dir="/tmp"))  # Ray's socket paths must stay short
+    temp = Path(tempfile.mkdtemp(prefix="rl46a", dir="/tmp"))  # Ray's socket paths must stay short
     ports = {"metrics": free_port(), "dash-metrics": free_port(), "as-metrics": free_port()}
     dashboard_port, gcs_port, serve_port = free_port(), free_port(), free_port()
     token = secrets.token_hex(32)
@@ -240,7 +242,7 @@ def ray_head(live_stack: StackRun, tmp_path_factory: pytest.TempPathFactory) -> 
         wait_for("the Ray dashboard", lambda: running(process, log_path) and head.applications() is not None)
         yield head
     finally:
-        stop_group(process, grace=15)
+        stop_group(process, grace=5)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -305,7 +307,7 @@ class LivePrometheus:
 @pytest.fixture(scope="session")
 def prometheus(live_stack: StackRun, ray_head: LiveRay) -> Iterator[LivePrometheus]:
     assert PROMETHEUS.exists(), f"{PROMETHEUS}: .ci/run unpacks Debian's prometheus package there"
-    work = Path(tempfile.mkdtemp(prefix="rl46prom"))
+    work = Path(tempfile.mkdtemp(prefix="rl46aprom"))
     (rule,) = live_stack.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
     (work / "rules.yaml").write_text(yaml.safe_dump({"groups": rule.inputs["spec"]["groups"]}))
     config = {

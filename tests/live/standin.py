@@ -205,7 +205,7 @@ def _deploy(cls: type, name: str, side: dict[str, Any]) -> Any:
 def _ingress(server: Any) -> Any:
     """One replica taking every request, as Ray Serve LLM's ingress (max_ongoing_requests 1e9:
     ray/llm/_internal/serve/core/ingress/ingress.py `DEFAULT_INGRESS_OPTIONS`, constants.py)."""
-    ingress = serve.deployment(
+    ingress: Any = serve.deployment(
         Ingress,
         name="OpenAiIngress",
         num_replicas=1,

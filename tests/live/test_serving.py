@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from jobs import serve_ready
+from jobs.llm_autoscaling import mean_prompt_tokens_query
 from tests.fakes.pulumi import StackRun
 from tests.live.conftest import (
     CLUSTER,
@@ -196,6 +197,23 @@ def test_the_readiness_jobs_check_passes_against_the_live_dashboard(disaggregate
 def test_disaggregated_each_side_scales_up_under_load_and_back_to_its_minimum(disaggregated: Deployed):
     """Prefill on the prompt tokens it holds, decode on its KV-cache use (`autoscaling.signal: llm`)."""
     scales_up_and_back(disaggregated)
+
+
+def test_prefill_reads_the_mean_prompt_length_not_a_bucket_midpoint(
+    disaggregated: Deployed, prometheus: LivePrometheus
+):
+    """The policy's own query on the load above (2048-token prompts) reads 2048; the histogram's
+    `_sum / _count` it read before issue 46 reads 4000, since Ray rebuilds the sum from bucket midpoints
+    and vLLM's last 1-2-5 bucket below max_model_len 4096 is 2000 (the +Inf bucket counts as 2 x 2000)."""
+    kwargs = disaggregated.applications[0]["args"]["prefill_config"]["deployment_config"][
+        "autoscaling_config"
+    ]
+    scope = {k: kwargs["policy"]["policy_kwargs"][k] for k in ("namespace", "jobs")}
+    (reading,) = prometheus.query(mean_prompt_tokens_query(CLUSTER, **scope))
+    assert float(reading["value"][1]) == pytest.approx(2048, rel=0.02)
+    histogram = "ray_vllm_request_prompt_tokens"
+    (midpoints,) = prometheus.query(f"sum(rate({histogram}_sum[2m])) / sum(rate({histogram}_count[2m]))")
+    assert float(midpoints["value"][1]) == pytest.approx(4000, rel=0.02)
 
 
 def test_each_kv_failure_alert_fires_on_the_first_failure_of_a_fresh_worker(
