@@ -30,7 +30,8 @@ from ray.serve.autoscaling_policy import _apply_autoscaling_config
 from ray.serve.config import AutoscalingConfig, AutoscalingContext, AutoscalingPolicy
 
 from jobs.llm_autoscaling import LlmScalingPolicy, decide, mean_prompt_tokens_query
-from tests.fakes.pulumi import ROOT, STACKS, StackRun, run_stack
+from tests.fakes.existing import TeamCluster
+from tests.fakes.pulumi import ROOT, STACKS, AwsState, StackRun, run_stack
 from tests.validators import crd_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -354,6 +355,17 @@ class TestTheStack:
             k: llm_stack.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")
         }
         assert crd_errors(rendered) == [] and pod_errors(pod) == []
+
+    def test_on_a_teams_prometheus_the_queries_select_the_stacks_own_monitors(self):
+        """Issue 47 item 4: on a team's cluster the PodMonitors live in the team Prometheus's namespace,
+        so their `job` labels name it; the pods' namespace stays the serving namespace."""
+        run = run_stack(stack="byo.example", overrides=LLM, aws=AwsState(team=TeamCluster()))
+        monitors = run.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+        jobs = sorted(f"{m.inputs['metadata']['namespace']}/{m.inputs['metadata']['name']}" for m in monitors)
+        assert jobs and all(j.startswith("monitoring/") for j in jobs)  # the team Prometheus's namespace
+        kwargs = autoscaling_config(run, "decode")["policy"]["policy_kwargs"]
+        namespace = run.one(RAYSERVICE).inputs["metadata"]["namespace"]
+        assert kwargs["jobs"] == "|".join(jobs) and kwargs["namespace"] == namespace
 
     @pytest.mark.parametrize("stack", STACKS)
     def test_sides_that_do_not_scale_change_nothing(self, stack):
