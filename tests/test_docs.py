@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,20 @@ def test_readme_is_an_entry_page_and_its_test_command_is_what_ci_runs():
     assert len(readme.splitlines()) <= 120, "the README is one or two screens; details go to docs/"
     assert "bash .ci/run" in readme
     assert "python -m pytest" in (ROOT / ".ci" / "run").read_text()
+
+
+LIVE_TIER = ".venv/bin/python -m pytest tests/live -n 0"
+
+
+def test_ci_runs_the_live_tier_after_the_suite_which_leaves_it_out():
+    """docs/design.md, "What the live tier proves": its own step after pytest, so pytest's stated time
+    holds; the server binary it needs is what .ci/run unpacks."""
+    run = (ROOT / ".ci" / "run").read_text()
+    assert run.index(".venv/bin/python -m pytest\n") < run.index(LIVE_TIER)
+    assert "[ ! -x .cache/promtool/usr/bin/prometheus ]" in run
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "tests/live" in options["norecursedirs"]
+    assert LIVE_TIER in (ROOT / "docs" / "design.md").read_text()
 
 
 def commands(pattern: str) -> set[str]:
