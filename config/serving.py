@@ -293,7 +293,8 @@ class ModelConfig(StrictModel):
     fit_check: Literal["fail", "warn"] = Field(
         "fail",
         description="What a model that does not fit the GPUs does to preview: `fail` refuses the stack, "
-        "`warn` logs how far off it is and goes on (for an estimate you know to be pessimistic).",
+        "naming where it would fit (tensor parallelism across more GPUs of the kind, a bigger GPU); `warn` "
+        "logs how far off it is and goes on (for an estimate you know to be pessimistic).",
     )
     parameters_billions: float | None = Field(
         None,
@@ -359,7 +360,8 @@ class ModelCacheConfig(StrictModel):
     bucket: BucketName | None = Field(
         None,
         description="An existing bucket to keep the copy in. Default: the stack creates one (private, "
-        "encrypted, public access blocked) named `<cluster>-models-<account>-<region>`.",
+        "encrypted, public access blocked) named `<cluster>-models-<key>-<account>-<region>` (`<key>`: 8 hex "
+        "characters of a hash of stack, cluster and namespace), chosen on the first `up` and kept.",
     )
     prefix: str = Field("models", pattern=r"^[\w.-]+(/[\w.-]+)*$", description="Key prefix of the copies.")
     force_destroy: bool = Field(

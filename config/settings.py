@@ -69,13 +69,13 @@ class Settings(StrictModel):
     api_keys: dict[str, SecretStr] = Field(
         {},
         description="API keys you choose instead of generated ones, by client name (each must be one of "
-        "`endpoint.clients`), at least 24 characters; a secret: `pulumi config set --secret --path "
-        "'apiKeys.<client>' <key>`.",
+        "`endpoint.clients`), at least 24 characters; a secret: `pulumi config set --stack <stack> "
+        "--secret --path 'apiKeys.<client>' <key>`.",
     )
     hugging_face_token: SecretStr | None = Field(
         None,
-        description="Hugging Face token for gated models; set it with `pulumi config set --secret "
-        "huggingFaceToken hf_...`. It reaches the pods only through a Kubernetes Secret.",
+        description="Hugging Face token for gated models; set it with `pulumi config set --stack <stack> "
+        "--secret huggingFaceToken hf_...`. It reaches the pods only through a Kubernetes Secret.",
     )
 
 

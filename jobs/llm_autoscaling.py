@@ -5,16 +5,28 @@ Ray 2.58 hands a custom policy an `AutoscalingContext` (ray/serve/config.py): Se
 the replica counts and bounds, and whatever the replicas report from a `record_autoscaling_stats`
 method. Ray Serve LLM's PD servers have no such method, and `build_pd_openai_app` fixes their classes,
 so vLLM's figures come from the stack's Prometheus instead (the Ray head's `RAY_PROMETHEUS_HOST`), for
-this Ray cluster only (`RAY_CLUSTER_NAME`, which KubeRay sets on every Ray pod):
+this Ray cluster's pods only: `ray_io_cluster` (`RAY_CLUSTER_NAME`, which KubeRay sets on every Ray
+pod), and the `namespace` and `job` labels the stack's own PodMonitors give their targets
+(`policy_kwargs` namespace and jobs), so no other workload scraped by a shared Prometheus can feed it:
 
 - prefill: Serve's requests for the side (queued in Serve, waiting in or run by the engine) times the
-  mean prompt length vLLM reports (`request_prompt_tokens`), against `target` tokens per replica;
+  mean prompt length of the requests the engines started lately: vLLM's `prompt_tokens` counter over
+  its `time_to_first_token_seconds` count, both counted in the same engine step, once per request,
+  at its first token (vllm/v1/metrics/stats.py:389-394 at 0.26.0). Not the `request_prompt_tokens`
+  histogram: Ray rebuilds a histogram's `_sum` from bucket midpoints, so a 2048-token prompt read as
+  4000 there;
 - decode: vLLM's `kv_cache_usage_perc` summed over the side's engines, against `target` per replica.
 
 `decide` is the whole decision and a pure function. Ray wraps the policy (`_apply_autoscaling_config`
 in ray/serve/autoscaling_policy.py) with the deployment's upscale and downscale delays and bounds; the
-band here is what keeps one removal from putting the rest over the target at once. Without a reading
-(Prometheus unreachable, no request served yet) the side keeps its replicas.
+band here is what keeps one removal from putting the rest over the target at once.
+
+Without a reading: a side that holds no request is idle (load 0), since vLLM sets its gauges only while
+it has requests and Ray drops a gauge nobody set for about 20 s, so an idle decode has no KV-cache
+series at all; a side that holds requests keeps its replicas (Prometheus unreachable, or the first
+requests not scraped yet). A KV-cache reading is never carried over from an earlier read. The policy
+logs a line when its decision changes, not on every control-loop tick (Ray calls it every 0.1 s, also
+through its delay windows).
 
 Loaded by Ray as `llm_autoscaling:LlmScalingPolicy` (serveConfigV2's `autoscaling_config.policy`) from
 the ConfigMap on the Ray pods' PYTHONPATH, where the app is built; Ray then pickles it by value for the
@@ -43,6 +55,7 @@ CLUSTER_ENV = "RAY_CLUSTER_NAME"
 READING = "llm_reading"
 READ_AT = "llm_read_at"
 LOAD = "llm_load"
+DECIDED = "llm_decided"
 WINDOW = "2m"
 
 
@@ -66,19 +79,41 @@ def _string(value: str) -> str:
     return json.dumps(value)  # a PromQL double-quoted string is JSON's
 
 
-def mean_prompt_tokens_query(cluster: str | None) -> str:
-    """The mean prompt length of the requests the engines finished lately (both sides see every prompt)."""
-    where = f"{{ray_io_cluster={_string(cluster)}}}" if cluster else ""
+def selector(cluster: str | None, namespace: str | None = None, jobs: str | None = None) -> list[str]:
+    """The label matchers of this stack's Ray pods as its PodMonitors label their targets: the Ray
+    cluster (`ray_io_cluster`, from the pod's `ray.io/cluster`), the pods' namespace, and the
+    monitors' own `job` (`<monitor namespace>/<monitor name>`, which prometheus-operator writes)."""
+    return [
+        *([f"ray_io_cluster={_string(cluster)}"] if cluster else []),
+        *([f"namespace={_string(namespace)}"] if namespace else []),
+        *([f"job=~{_string(jobs)}"] if jobs else []),
+    ]
+
+
+def mean_prompt_tokens_query(
+    cluster: str | None, namespace: str | None = None, jobs: str | None = None
+) -> str:
+    """The mean prompt length of the requests the engines started lately (both sides see every prompt):
+    vLLM counts a request's prompt tokens and its first token in the same step, so the two counters'
+    rates pair up exactly; no histogram sum, which Ray rebuilds from bucket midpoints."""
+    matchers = selector(cluster, namespace, jobs)
+    where = f"{{{', '.join(matchers)}}}" if matchers else ""
     return (
-        f"sum(rate(ray_vllm_request_prompt_tokens_sum{where}[{WINDOW}])) / "
-        f"sum(rate(ray_vllm_request_prompt_tokens_count{where}[{WINDOW}]))"
+        f"sum(rate(ray_vllm_prompt_tokens_total{where}[{WINDOW}])) / "
+        f"sum(rate(ray_vllm_time_to_first_token_seconds_count{where}[{WINDOW}]))"
     )
 
 
-def kv_cache_query(cluster: str | None, application: str | None, deployment: str) -> str:
+def kv_cache_query(
+    cluster: str | None,
+    application: str | None,
+    deployment: str,
+    namespace: str | None = None,
+    jobs: str | None = None,
+) -> str:
     """The side's KV-cache use summed over its engines. vLLM's series carry the replica's `WorkerId` but
     not its deployment: Serve's request counter, from the same process, has both (as the PD dashboard)."""
-    labels = [f"ray_io_cluster={_string(cluster)}"] if cluster else []
+    labels = selector(cluster, namespace, jobs)
     where = ", ".join(labels)
     side = ", ".join(
         [
@@ -115,21 +150,27 @@ class LlmScalingPolicy:
         signal: Signal,
         target: float,
         band: float,
+        namespace: str | None = None,
+        jobs: str | None = None,
         refresh_seconds: float = 15.0,
         timeout_seconds: float = 1.0,
     ) -> None:
+        """`namespace`: the Ray pods' namespace; `jobs`: a regular expression of the `job` labels the
+        stack's PodMonitors give (manifests/serve_app.py renders both)."""
         if signal not in ("prompt_tokens", "kv_cache"):
             raise ValueError(f"signal {signal!r} is not prompt_tokens or kv_cache")
         self.signal = signal
         self.target = target
         self.band = band
+        self.namespace = namespace
+        self.jobs = jobs
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
 
     def query(self, ctx: AutoscalingContext, cluster: str | None) -> str:
         if self.signal == "prompt_tokens":
-            return mean_prompt_tokens_query(cluster)
-        return kv_cache_query(cluster, ctx.app_name, ctx.deployment_name)
+            return mean_prompt_tokens_query(cluster, self.namespace, self.jobs)
+        return kv_cache_query(cluster, ctx.app_name, ctx.deployment_name, self.namespace, self.jobs)
 
     def read(self, ctx: AutoscalingContext) -> float | None:
         """The figure from Prometheus (the side's I/O; the controller's loop waits for it, so briefly)."""
@@ -140,11 +181,13 @@ class LlmScalingPolicy:
         return ask_prometheus(url, self.query(ctx, os.environ.get(CLUSTER_ENV)), self.timeout_seconds)
 
     def load(self, ctx: AutoscalingContext, reading: float | None) -> float | None:
-        if self.signal == "kv_cache":
-            return reading
+        """The side's load; None: unknown (hold). A side that holds no request is idle whatever the
+        reading: vLLM exports its gauges only while it has requests, so idle reads as no series."""
         requests = ctx.total_num_requests
         if not requests:
-            return 0.0
+            return 0.0 if reading is None or self.signal == "prompt_tokens" else reading
+        if self.signal == "kv_cache":
+            return reading
         return None if reading is None else requests * reading
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
@@ -166,16 +209,21 @@ class LlmScalingPolicy:
             ctx.capacity_adjusted_max_replicas,
             self.band,
         )
-        if replicas != current:
+        # Ray calls this every control-loop tick, through its delay windows too: one line per decision.
+        if replicas != state.get(DECIDED, current):
             logger.info(
-                "llm autoscaling: %s %s %s -> %s replicas (%s %s, target %s per replica)",
+                "llm autoscaling: %s %s %s -> %s replicas (%s %s from reading %s and %s requests, target %s "
+                "per replica)",
                 ctx.deployment_name,
-                "up" if replicas > current else "down",
+                "up" if replicas > current else "down" if replicas < current else "holds",
                 current,
                 replicas,
                 self.signal,
                 load,
+                state.get(READING),
+                ctx.total_num_requests,
                 self.target,
             )
+        state[DECIDED] = replicas
         state[LOAD] = load
         return replicas, state

@@ -21,6 +21,8 @@ upstream and decided here (Envoy Gateway v1.9.0, AWS Load Balancer Controller v3
   security groups (which block deleting the VPC). Ours is deleted by Pulumi, which waits until the
   controller's finalizer has removed the NLB, and only then removes the controller.
 - Only `/v1` is routed: Ray Serve's `/-/routes` and `/-/healthz` stay inside the cluster.
+- A rate limit per API key: the key check forwards the client's name in `CLIENT_HEADER`, and the route's
+  BackendTrafficPolicy gives each distinct value its own local token bucket (`per_key_rate_limit`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from config import Settings, versions
+from config.endpoint import EndpointConfig
 from manifests.charts import HelmChart
 from manifests.k8s import K8sModel, Manifest, Toleration, namespace, pod_security_labels, tolerations_of
 from manifests.load_balancer import LOAD_BALANCER_CLASS
@@ -64,6 +67,9 @@ ENVOY_READINESS_PORT = 19003
 SERVE_PORT = 8000
 API_PATH = "/v1"
 KEY_HEADERS = ["authorization", "x-api-key"]
+CLIENT_HEADER = "x-ray-llm-client"
+"""Envoy's api_key_auth filter sets it to the authenticated client's name (replacing any the client
+sent); the per-key rate limit counts each distinct value apart."""
 UPSTREAM_IDLE_TIMEOUT = "60s"
 """Below Ray Serve's keep-alive (DEFAULT_UVICORN_KEEP_ALIVE_TIMEOUT_S = 90 in Ray 2.58)."""
 READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
@@ -251,6 +257,7 @@ class ExtractFrom(K8sModel):
 class ApiKeyAuth(K8sModel):
     credential_refs: list[SecretRef]
     extract_from: list[ExtractFrom]
+    forward_client_id_header: str = Field(serialization_alias="forwardClientIDHeader")
     sanitize: bool
 
 
@@ -295,8 +302,36 @@ class BackendTimeouts(K8sModel):
     http: BackendHttpTimeouts
 
 
+class HeaderMatch(K8sModel):
+    type: Literal["Distinct"]
+    name: str
+
+
+class RateLimitSelectCondition(K8sModel):
+    headers: list[HeaderMatch]
+
+
+class RateLimitValue(K8sModel):
+    requests: int = Field(ge=1, le=4294967295)
+    unit: Literal["Second", "Minute", "Hour"]
+
+
+class RateLimitRule(K8sModel):
+    client_selectors: list[RateLimitSelectCondition]
+    limit: RateLimitValue
+
+
+class LocalRateLimit(K8sModel):
+    rules: list[RateLimitRule] = Field(min_length=1, max_length=16)
+
+
+class RateLimitSpec(K8sModel):
+    local: LocalRateLimit
+
+
 class BackendTrafficPolicySpec(PolicySpec):
     timeout: BackendTimeouts
+    rate_limit: RateLimitSpec
 
 
 class BackendTrafficPolicy(EnvoyGatewayObject):
@@ -523,6 +558,25 @@ PARKED_MESSAGE = {
 """The body of every request while parked, in the OpenAI API's error shape."""
 
 
+def per_key_rate_limit(endpoint: EndpointConfig) -> RateLimitSpec:
+    """Each API key's own token bucket on every Envoy replica (a local rate limit whose rule selects
+    each distinct value of the client header the API key check sets). Each replica allows its share of
+    `endpoint.rateLimit.requests`, so a client gets no more in total however its connections spread."""
+    share = endpoint.rate_limit.requests // endpoint.gateway_replicas
+    return RateLimitSpec(
+        local=LocalRateLimit(
+            rules=[
+                RateLimitRule(
+                    client_selectors=[
+                        RateLimitSelectCondition(headers=[HeaderMatch(type="Distinct", name=CLIENT_HEADER)])
+                    ],
+                    limit=RateLimitValue(requests=share, unit=endpoint.rate_limit.unit),
+                )
+            ]
+        )
+    )
+
+
 def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
     matches = [RouteMatch(path=PathMatch(type="PathPrefix", value=API_PATH))]
     if parked_filter:
@@ -623,6 +677,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 api_key_auth=ApiKeyAuth(
                     credential_refs=[SecretRef(name=api_keys_name(name))],
                     extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
+                    forward_client_id_header=CLIENT_HEADER,
                     sanitize=True,
                 ),
             ),
@@ -646,6 +701,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 timeout=BackendTimeouts(
                     http=BackendHttpTimeouts(connection_idle_timeout=UPSTREAM_IDLE_TIMEOUT)
                 ),
+                rate_limit=per_key_rate_limit(endpoint),
             ),
         ),
         load_balancer=LoadBalancerService(

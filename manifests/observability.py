@@ -463,6 +463,21 @@ def capacity_block_alert(capacity: CapacityPlan) -> dict[str, Any] | None:
     }
 
 
+INCREASE_WINDOW = "5m"
+
+
+def increased(series: str, by: str, window: str = INCREASE_WINDOW) -> str:
+    """A counter that went up within `window`, as Ray exports vLLM's counters: a series appears only at
+    its first increment (vLLM's Ray wrapper skips zero increments, vllm/v1/metrics/ray_wrappers.py
+    `RayCounterWrapper.inc`; Ray keeps no 0 sample), so `increase()` alone misses the first failure of
+    every fresh worker: a window holding one sample has no increase. A series that exists now and did
+    not `window` ago counts as its whole value."""
+    return (
+        f"sum by ({by}) (increase({series}[{window}])) > 0 or "
+        f"sum by ({by}) ({series} unless {series} offset {window}) > 0"
+    )
+
+
 def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> list[dict[str, Any]]:
     """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec);
     with a Capacity Block (`capacity`), its end too."""
@@ -502,7 +517,7 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                 alert(
                     "NixlTransferFailures",
                     " or ".join(
-                        f"sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_failed_{what}_total[5m])) > 0"
+                        increased(f"ray_vllm_nixl_num_failed_{what}_total", "ray_io_cluster")
                         for what in ("transfers", "notifications")
                     ),
                     "0m",
@@ -513,8 +528,7 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                 ),
                 alert(
                     "NixlTransfersKeepFailing",
-                    "sum by (ray_io_cluster, WorkerId) "
-                    "(increase(ray_vllm_nixl_num_failed_transfers_total[5m])) > 0",
+                    increased("ray_vllm_nixl_num_failed_transfers_total", "ray_io_cluster, WorkerId"),
                     "10m",
                     "critical",
                     "KV transfers into worker {{ $labels.WorkerId }} have failed for 10 minutes",
@@ -524,8 +538,7 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                 ),
                 alert(
                     "KvLoadFailedRequests",
-                    "sum by (ray_io_cluster) "
-                    '(increase(ray_vllm_request_success_total{finished_reason="error"}[5m])) > 0',
+                    increased('ray_vllm_request_success_total{finished_reason="error"}', "ray_io_cluster"),
                     "0m",
                     "warning",
                     "vLLM ended requests with an error",
@@ -535,7 +548,7 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                 ),
                 alert(
                     "NixlKvRequestsExpired",
-                    "sum by (ray_io_cluster) (increase(ray_vllm_nixl_num_kv_expired_reqs_total[5m])) > 0",
+                    increased("ray_vllm_nixl_num_kv_expired_reqs_total", "ray_io_cluster"),
                     "0m",
                     "warning",
                     "Prefill KV caches expired before decode fetched them",

@@ -49,7 +49,7 @@ from manifests.k8s import (
     tolerations_of,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
-from manifests.observability import head_dashboard_env, head_metrics_ports
+from manifests.observability import head_dashboard_env, head_metrics_ports, pod_monitors
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
@@ -208,6 +208,16 @@ def llm_policy_shipped(settings: Settings, plan: Plan) -> bool:
     return settings.autoscaling.signal == "llm" and plan.ray_autoscaling
 
 
+def policy_scope(settings: Settings, plan: Plan) -> dict[str, str]:
+    """What the LLM-signal policy's queries select besides the Ray cluster: the Ray pods' namespace and
+    the `job` labels of the stack's PodMonitors (`<monitor namespace>/<name>`, prometheus-operator's
+    promcfg.go), so a series another workload pushes into a shared Prometheus is not read."""
+    jobs = sorted(
+        f"{m['metadata']['namespace']}/{m['metadata']['name']}" for m in pod_monitors(settings, plan.cluster)
+    )
+    return {"namespace": settings.serving.namespace, "jobs": "|".join(jobs)}
+
+
 def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
     serving = settings.serving
     return build_serve_config(
@@ -218,6 +228,7 @@ def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
         settings.autoscaling,
         serving,
         mode=serving.mode,
+        policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
     )
 
 

@@ -16,6 +16,7 @@ config, so ours refuse them, and the tests check the output against Ray 2.58's o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -233,8 +234,12 @@ LLM_POLICY = "llm_autoscaling:LlmScalingPolicy"
 """jobs/llm_autoscaling.py, on the Ray pods' PYTHONPATH: a side's scaling on the engine's figures."""
 
 
-def llm_policy(side: SideScaling, scaling: ScalingSettings) -> AutoscalingPolicy | None:
-    """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use."""
+def llm_policy(
+    side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+) -> AutoscalingPolicy | None:
+    """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use.
+    `scope`: the policy's `namespace` and `jobs`, the labels the stack's PodMonitors give the Ray pods'
+    series (manifests/rayservice.py `policy_scope`), so its queries read this stack's pods only."""
     if scaling.signal != "llm":
         return None
     if isinstance(side, PrefillScaling):
@@ -245,13 +250,15 @@ def llm_policy(side: SideScaling, scaling: ScalingSettings) -> AutoscalingPolicy
         return None
     return AutoscalingPolicy(
         policy_function=LLM_POLICY,
-        policy_kwargs={"signal": signal, "target": target, "band": scaling.downscale_band},
+        policy_kwargs={"signal": signal, "target": target, "band": scaling.downscale_band, **(scope or {})},
     )
 
 
-def _deployment(replicas: int, side: SideScaling, scaling: ScalingSettings) -> DeploymentConfig:
+def _deployment(
+    replicas: int, side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
-    policy = llm_policy(side, scaling)
+    policy = llm_policy(side, scaling, scope)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
@@ -362,6 +369,7 @@ def _pd_application(
     kv_path: KvPath,
     scaling: ScalingSettings,
     serving: ServingConfig | None,
+    scope: Mapping[str, str] | None = None,
 ) -> ServeApplication:
     """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL."""
     return ServeApplication(
@@ -371,14 +379,14 @@ def _pd_application(
                 model,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling), serving, model),
+                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
                 kv_path,
             ),
             decode_config=_side(
                 model,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling), serving, model),
+                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
                 kv_path,
             ),
         ),
@@ -401,6 +409,7 @@ def _aggregated_application(
     source: str | CloudMirror,
     scaling: ScalingSettings,
     serving: ServingConfig | None,
+    scope: Mapping[str, str] | None = None,
 ) -> ServeApplication:
     """`build_openai_app`: one deployment, each replica prefilling and decoding its own requests."""
     replicas, side = aggregated_scaling(model, scaling)
@@ -409,7 +418,13 @@ def _aggregated_application(
         import_path=AGGREGATED_IMPORT_PATH,
         args=AggregatedArgs(
             llm_configs=[
-                _side(model, source, "", routed(_deployment(replicas, side, scaling), serving, model), None)
+                _side(
+                    model,
+                    source,
+                    "",
+                    routed(_deployment(replicas, side, scaling, scope), serving, model),
+                    None,
+                )
             ]
         ),
     )
@@ -423,16 +438,18 @@ def build_serve_config(
     scaling: ScalingSettings | None = None,
     serving: ServingConfig | None = None,
     mode: Literal["disaggregated", "aggregated"] = "disaggregated",
+    policy_scope: Mapping[str, str] | None = None,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
-    engine kwargs. `mode`: `serving.mode`, which builder's application."""
+    engine kwargs. `mode`: `serving.mode`, which builder's application. `policy_scope`: the LLM-signal
+    policy's pod selectors (`llm_policy`)."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     application = (
-        _aggregated_application(application_name, model, source, scaling, serving)
+        _aggregated_application(application_name, model, source, scaling, serving, policy_scope)
         if mode == "aggregated"
-        else _pd_application(application_name, model, source, kv_path, scaling, serving)
+        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope)
     )
     return ServeConfig(applications=[application])

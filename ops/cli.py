@@ -84,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     render = commands.add_parser(
         "render",
         help="print every Kubernetes object of the serving layer, endpoint and metrics stack as YAML",
-        description="Print, offline, the Kubernetes objects the stack applies itself (namespaces, network "
-        "policies, service accounts, jobs, the RayService, the gateway's objects, monitors, dashboards) "
-        "as multi-document YAML: the same functions the Pulumi program calls. Secrets are placeholders; "
-        "the Helm charts' own objects are not included.",
+        description="Print, offline, every Kubernetes object the stack applies itself (namespaces, network "
+        "policies, service accounts, Secrets, jobs, the RayService, the gateway's objects, monitors, "
+        "dashboards) as multi-document YAML: the same functions the Pulumi program calls. Secrets' values "
+        "are placeholders; the Helm charts' own objects are not included.",
     )
     of_stack(render, "stack name: reads Pulumi.NAME.yaml")
     render.add_argument(

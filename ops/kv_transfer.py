@@ -518,8 +518,12 @@ def _integrity(run: ProbeRun) -> list[str]:
                 f"{which} transfer (blocks {_ranges(other)}): the path corrupts data; compare another "
                 "backend (model.nixlBackends) and report it with both pods' logs"
             )
-    if not run.read_result.get("sha256"):
+    reported = run.read_result.get("sha256") or {}
+    if not reported:
         problems.append("the reader reported no digests")
+    elif len(run.read_result.get("seconds") or []) > 1 and "last" not in reported:
+        # jobs/nixl_probe.py checks the first and the last of its transfers (one only when it makes one).
+        problems.append("the reader reported no digests after the last transfer")
     return problems
 
 

@@ -76,6 +76,28 @@ class AccessEntry:
         return f"{ROLES[self.policy]}-{account}-{kind}-{name}"
 
 
+def refresh_reach_warning(settings: Settings, stack_namespaces: Iterable[str]) -> str | None:
+    """On a team's cluster, what `refreshPrincipalArns` can read: everything, the team's Secrets too.
+
+    Narrowing it (a namespaced association for the stack's namespaces, plus a ClusterRole naming the
+    stack's cluster-scoped objects) cannot be verified offline: a refresh reads back what Helm releases
+    and yaml ConfigGroups made (CRDs, ClusterRoles, webhooks), whose names no mock shows, and a refresh
+    that lacks one read fails. So the principal keeps the cluster-scoped association and the preview says
+    what that means (docs/design.md, "Who reads what")."""
+    cluster = settings.cluster
+    if not cluster.existing_cluster_name or not cluster.refresh_principal_arns:
+        return None
+    ours = ", ".join(sorted(set(stack_namespaces)))
+    return (
+        f"cluster.refreshPrincipalArns on team cluster {cluster.existing_cluster_name}: "
+        f"{', '.join(cluster.refresh_principal_arns)} get {REFRESH_POLICY} at cluster scope, so they can "
+        "read every object of the cluster: every namespace's Secrets, the team's included (not only this "
+        f"stack's namespaces: {ours}), every ConfigMap, Pod and workload, and every cluster-scoped object; "
+        "they can change nothing. List a refresh principal here only if the team accepts that, or run this "
+        "stack's drift check without --refresh (its viewer reads no Secret)"
+    )
+
+
 def preview_reader_group(settings: Settings) -> str:
     """The RBAC group of the stack's viewers on a team's cluster (one per stack: two stacks share none)."""
     return f"{PROJECT}-{settings.serving.namespace}-preview-readers"

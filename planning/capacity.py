@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from config.base import quantity_value
-from planning.catalog import InstanceType
+from planning.catalog import CATALOG, InstanceType
 
 if TYPE_CHECKING:
     from config.serving import ModelConfig, WorkerConfig
@@ -260,3 +260,43 @@ def fit_report(
 
 def _with(report: FitReport, problems: list[str]) -> FitReport:
     return replace(report, problems=tuple(problems))
+
+
+def fits_elsewhere(
+    model: ModelConfig, spec: InstanceType, worker: WorkerConfig, host_kv: bool = False
+) -> list[str]:
+    """Where a model that does not fit `spec` would, from the catalog, in the order a refusal names
+    them: tensor parallelism across more GPUs of the same kind (the fewest GPUs that hold it), then a
+    bigger GPU at the model's tensor-parallel size. Empty when neither fits, or the model's size is
+    unknown (the refusal says what to set)."""
+
+    def fits(candidate: InstanceType, tp: int) -> bool:
+        per_node = pods_per_node(candidate, tp)
+        if not per_node or candidate.gpus % tp:
+            return False
+        sized = model.model_copy(update={"tensor_parallel_size": tp})
+        return fit_report(sized, candidate, worker, per_node, host_kv=host_kv).fits
+
+    gpus = sorted(
+        (t for t in CATALOG.values() if t.gpus and t.efa_interfaces), key=lambda t: (t.gpus, t.name)
+    )
+    fixes = []
+    wider = [
+        (tp, t)
+        for t in gpus
+        if t.gpu_model == spec.gpu_model
+        for tp in range(model.tensor_parallel_size + 1, t.gpus + 1)
+        if fits(t, tp)
+    ]
+    if wider:
+        tp, t = min(wider, key=lambda found: (found[0], found[1].gpus))
+        fixes.append(
+            f"model.tensorParallelSize {tp} on gpuNodes.instanceType {t.name} "
+            f"({t.gpus} x {t.describe_gpu()}: tensor parallelism across more GPUs)"
+        )
+    tp = model.tensor_parallel_size
+    bigger = [t for t in gpus if t.gpu_memory_gib > spec.gpu_memory_gib and fits(t, tp)]
+    if bigger:
+        t = min(bigger, key=lambda t: (t.gpu_memory_gib, t.gpus))
+        fixes.append(f"gpuNodes.instanceType {t.name} ({t.gpus} x {t.describe_gpu()}: a bigger GPU)")
+    return fixes

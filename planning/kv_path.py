@@ -207,16 +207,25 @@ class Crossing:
         if self.seconds is None:
             return f"KV crossing time: a full {self.tokens}-token prompt's KV is {size}"
         low, high = self.seconds
-        if low == high:
-            time = _ms(low)
+        if low == high or _ms(low) == _ms(high):
+            time = f"in {_ms(low)}"
+        elif _ms(low) == UNDER_1_MS:
+            time = f"in {UNDER_1_MS} to {_ms(high)}"
         elif high < 1:
-            time = f"{low * 1000:.0f}-{high * 1000:.0f} ms"
+            time = f"in {low * 1000:.0f}-{high * 1000:.0f} ms"
         else:
-            time = f"{_ms(low)}-{_ms(high)}"
-        return f"KV crossing time: a full {self.tokens}-token prompt's KV ({size}) crosses in {time}"
+            time = f"in {_ms(low)}-{_ms(high)}"
+        return f"KV crossing time: a full {self.tokens}-token prompt's KV ({size}) crosses {time}"
+
+
+UNDER_1_MS = "under 1 ms"
 
 
 def _ms(seconds: float) -> str:
+    """Milliseconds, or seconds from one on; what rounds to 0 ms (p5's RDMA reads of a small cache) is
+    said to take under one, never none."""
+    if round(seconds * 1000) == 0:
+        return UNDER_1_MS
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 

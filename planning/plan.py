@@ -24,6 +24,7 @@ from planning.capacity import (
     WorkerResources,
     efa_per_pod,
     fit_report,
+    fits_elsewhere,
     idle_gpus,
     pods_per_node,
     shm_size,
@@ -167,7 +168,9 @@ def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
     nodes = settings.gpu_nodes.desired_size
     better = tensor_parallel_for_all_gpus(gpu)
     fixes = [f"{PROJECT}:model.tensorParallelSize {better}"] if better else []
-    fixes.append("a type with one GPU per EFA interface (g6.8xlarge, g6e.8xlarge, p5.48xlarge)")
+    # Never the type the stack has.
+    others = [t for t in ("g6.8xlarge", "g6e.8xlarge", "p5.48xlarge") if t != gpu.name]
+    fixes.append(f"a type with one GPU per EFA interface ({', '.join(others)})")
     summary = (
         f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus} GPUs and {gpu.efa_interfaces} EFA "
         f"interface(s); each worker needs one, so a node hosts {pods_per_node(gpu, tp)} worker(s) of "
@@ -184,6 +187,8 @@ KV_ONLY_MODEL_KEYS = {
     "kv_lease_seconds": "kvLeaseSeconds",
 }
 """model keys that shape the NIXL connector, which an aggregated deployment does not run."""
+KV_KEY_DEFAULTS = {"nixl_backends": None, "kv_buffer_device": "auto"}
+"""The KV path's keys as the model leaves them unset (an aggregated plan falls back to them)."""
 
 
 def _kv_keys_unused(settings: Settings) -> list[str]:
@@ -248,7 +253,8 @@ def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_worker
     needed = -(-max_workers // per_node)  # ceil: the nodes the workers fill
     reserved = settings.gpu_nodes.capacity_reservation
     billed = f" (reservation {reserved} bills them used or not)" if reserved else ""
-    fixes = [f"gpuNodes.desiredSize {needed} (and minSize/maxSize to match)"]
+    # Fewer nodes only where the workers fill fewer: never the desiredSize the stack already has.
+    fixes = [f"gpuNodes.desiredSize {needed} (and minSize/maxSize to match)"] if needed < nodes else []
     if gpu.gpus > 1:
         fixes.append("a gpuNodes.instanceType with fewer GPUs")
     larger = [
@@ -431,11 +437,18 @@ def plan_stack(
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
+    # Aggregated, no KV connector runs: what the KV-transfer keys would do is not said, and a value that
+    # could not work is no problem (`_kv_keys_unused` says they do nothing); the path stays the one
+    # those keys give where it can be planned, so the workers' env and policies do not change.
+    aggregated = settings.serving.mode == "aggregated"
     try:
         kv_path, kv_warnings = plan_kv_path(model, gpu)
     except ConfigError as error:
-        raise ConfigError([*problems, *error.problems]) from None
-    warnings += kv_warnings
+        if not aggregated:
+            raise ConfigError([*problems, *error.problems]) from None
+        kv_path, kv_warnings = plan_kv_path(model.model_copy(update=KV_KEY_DEFAULTS), gpu)
+    if not aggregated:
+        warnings += kv_warnings
     # Host KV buffers are NIXL's: an aggregated replica has none to hold.
     host_kv = settings.serving.mode == "disaggregated" and kv_path.buffer_device == "cpu"
     fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv)
@@ -443,7 +456,10 @@ def plan_stack(
         if model.fit_check == "warn":
             warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
         else:
-            problems.append(f"{PROJECT}:model: {fit.summary()}; or set model.fitCheck: warn")
+            # The fixes first: where the model would fit, then the way to go on regardless.
+            elsewhere = fits_elsewhere(model, gpu, settings.serving.worker, host_kv)
+            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+            problems.append(f"{PROJECT}:model: {fit.summary()}{fixes}; or set model.fitCheck: warn")
     if problems:
         raise ConfigError(problems)
     kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
@@ -467,7 +483,7 @@ def plan_stack(
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
-        model_cache=plan_model_cache(settings, cluster_name, account_id),
+        model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
     )

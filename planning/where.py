@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from config import Settings
-from planning.access import AccessPlan, plan_access
+from planning.access import AccessPlan, plan_access, refresh_reach_warning
 from planning.addons import (
     EBS_CSI_ADDON,
+    AddonPlan,
     Inventory,
     crds_left_behind,
     network_policy_engines,
@@ -60,9 +61,10 @@ def own_cluster(
     record: StackRecord | None,
     offered: Sequence[str],
     creator: str,
+    model_bucket: str,
 ) -> Where:
     """The VPC and cluster the stack creates: zones and record from the stack's VPC (planning/zones.py);
-    `creator`: who created (or creates) its cluster."""
+    `creator`: who created (or creates) its cluster; `model_bucket`: its default bucket's kept name."""
     zones = plan_zones(settings, offered, record)
     key_warnings = plan_key_changes(settings, record)
     access = plan_access(settings, creator)
@@ -72,6 +74,7 @@ def own_cluster(
         creator,
         *key_choices(settings),
         gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        model_bucket=model_bucket,
     )
     return Where(
         context=plan.cluster,
@@ -93,10 +96,12 @@ def team_cluster(
     inventory: Inventory | str,
     own_namespaces: Mapping[str, str],
     team_entries: Sequence[str],
+    model_bucket: str,
 ) -> Where:
     """A team's cluster (`cluster.existingClusterName`): planned, with what runs in it
     (planning/existing_cluster.py, planning/addons.py). `team_entries`: the listed principals that
-    already have an access entry the stack did not make."""
+    already have an access entry the stack did not make; `model_bucket`: its default bucket's kept
+    name."""
     readable = isinstance(inventory, Inventory)
     engines = network_policy_engines(inventory, cluster.enforces_network_policies) if readable else None
     existing = plan_existing(settings, cluster, offered, record, policy_engines=engines)
@@ -114,6 +119,7 @@ def team_cluster(
         settings, inventory, ours=record.installed if record else (), own_namespaces=own_namespaces
     )
     access = plan_access(settings, None, existing_entries=list(team_entries))
+    ours = stack_namespaces(settings, addons, own_namespaces)
     _, volumes = key_choices(settings)
     kept = StackRecord(
         (existing.gpu_zone,),
@@ -122,6 +128,7 @@ def team_cluster(
         gpu_subnet=existing.gpu_subnet.id,
         installed=tuple(sorted(addons.install)),
         gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        model_bucket=model_bucket,
     )
     return Where(
         context=existing_context(settings, existing, addons),
@@ -141,11 +148,19 @@ def team_cluster(
         warnings=(
             *existing.warnings,
             *addons.warnings,
+            *filter(None, [refresh_reach_warning(settings, ours)]),
             *plan_key_changes(settings, record),
             *capacity_change(settings, record),
         ),
         team_ebs_csi=driver.where if driver else None,
     )
+
+
+def stack_namespaces(settings: Settings, addons: AddonPlan, own_namespaces: Mapping[str, str]) -> set[str]:
+    """The namespaces of the stack's own objects on a team's cluster: the serving namespace and those of
+    the add-ons it installs."""
+    installed = (own_namespaces[key] for key in addons.install if key in own_namespaces)
+    return {settings.serving.namespace, *installed}
 
 
 def capacity_change(settings: Settings, record: StackRecord | None) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ Nothing AWS changes later may move them. So:
 - the zones and the GPU zone a stack chose are recorded as tags on its VPC (`StackRecord`) and read
   back on every later run, so a new zone that starts offering the GPU type changes nothing. Keys set
   in the stack file still win, and a zone in use that stops offering the type fails with what to do.
+The record keeps the other choices a later release of this code must not redo either, such as the
+model cache bucket's name (planning/model_cache.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ TAG_VOLUME_KEY = f"{PROJECT}/volume-key"
 TAG_GPU_SUBNET = f"{PROJECT}/gpu-subnet"
 TAG_INSTALLED = f"{PROJECT}/installed"
 TAG_GPU_CAPACITY = f"{PROJECT}/gpu-capacity"
+TAG_MODEL_BUCKET = f"{PROJECT}/model-bucket"
 
 ZONE_SLOTS = 7
 """Zones a..g get a private block each; the eighth block holds the public subnets."""
@@ -56,6 +59,9 @@ class StackRecord:
     gpu_capacity: str | None = None
     """What the GPU nodes run on: `on-demand`, or the `gpuNodes.capacityReservation` they target
     (planning/reservation.py); None in records written before it was kept (On-Demand then)."""
+    model_bucket: str | None = None
+    """The name of the model cache bucket the stack creates when it owns one (planning/model_cache.py),
+    chosen on its first `up`; None in records written before it was kept (`legacy_bucket`'s then)."""
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> StackRecord | None:
@@ -71,6 +77,7 @@ class StackRecord:
             gpu_subnet=tags.get(TAG_GPU_SUBNET) or None,
             installed=tuple(tags.get(TAG_INSTALLED, "").split()),
             gpu_capacity=tags.get(TAG_GPU_CAPACITY) or None,
+            model_bucket=tags.get(TAG_MODEL_BUCKET) or None,
         )
 
     def tags(self, stack_id: str) -> dict[str, str]:
@@ -83,6 +90,7 @@ class StackRecord:
             (TAG_GPU_SUBNET, self.gpu_subnet),
             (TAG_INSTALLED, " ".join(self.installed)),
             (TAG_GPU_CAPACITY, self.gpu_capacity),
+            (TAG_MODEL_BUCKET, self.model_bucket),
         ):
             if value:
                 tags[key] = value

@@ -6,6 +6,11 @@ project's program, fakes and mocked world stay the project's; each stack file ru
 
     python -m tests.stack_checks DIR [pytest arguments]
 
+It names the stack files it checks and their count, and exits with pytest's status: 0 when every
+check passed, 1 when one failed; 2 when DIR is no directory or holds no `Pulumi.*.yaml`, so a wrong
+path never passes with nothing checked. The suite itself (`make test`, `.ci/run`) already checks every
+stack file of the project's directory, committed or not; this is for stack files kept elsewhere.
+
 Left out, with why: NOT_STACK_CHECKS.
 """
 
@@ -63,14 +68,31 @@ def run(root: Path, *pytest_args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def stack_files(root: Path) -> list[str]:
+    """The stack names of `root`'s stack files, as the suite finds them (tests/fakes/pulumi.py)."""
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in root.glob("Pulumi.*.yaml"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    done = run(Path(args[0]).resolve(), *args[1:])
+    root = Path(args[0]).resolve()
+    if not root.is_dir():
+        print(f"tests.stack_checks: {args[0]} is not a directory; nothing checked", file=sys.stderr)
+        return 2
+    stacks = stack_files(root)
+    if not stacks:
+        print(f"tests.stack_checks: {root} holds no Pulumi.*.yaml; nothing checked", file=sys.stderr)
+        return 2
+    print(f"tests.stack_checks: checking {len(stacks)} stack file(s) in {root}: {', '.join(stacks)}")
+    sys.stdout.flush()
+    done = run(root, *args[1:])
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
+    verdict = "passed" if done.returncode == 0 else f"failed (pytest exit {done.returncode})"
+    print(f"tests.stack_checks: {len(stacks)} stack file(s) checked, {verdict}: {', '.join(stacks)}")
     return done.returncode
 
 

@@ -187,3 +187,20 @@ def test_the_worked_example_in_the_docs_is_what_compare_prints_for_the_fixtures(
         printed = report.split(f"Concurrency {concurrency}:\n", 1)[1].split("\nConcurrency", 1)[0]
         for line in lines.splitlines():
             assert line in printed.splitlines(), (concurrency, line)
+
+
+def test_another_tokenizer_and_a_third_run_that_differs_are_refused_too(tmp_path, documents):
+    """Issue 53's sweep: every workload key, not only the lengths and rates, and every run against the
+    first: token counts under another tokenizer measure other prompts."""
+    paths = []
+    for name, document in (
+        ("a", documents["disaggregated"]),
+        ("b", documents["aggregated"]),
+        ("c", sweep_document("aggregated", tokenizer="meta-llama/Llama-3.1-8B-Instruct")),
+    ):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document))
+        paths.append(path)
+    with pytest.raises(OpsError, match=r"different workloads.*tokenizer: A .+, C meta-llama/Llama-3\.1-8B"):
+        compare_report(load_runs(paths))
+    assert compare_report(load_runs(paths[:2]))  # A and B alone compare

@@ -132,3 +132,29 @@ def test_known_model_numbers_follow_the_architecture():
     qwen = KNOWN_MODELS["Qwen/Qwen3.5-9B"]
     # bf16: the parameter count and the checkpoint's size on disk must tell the same story
     assert qwen.parameters_billions * 2 * 1e9 / 2**30 == pytest.approx(qwen.checkpoint_gib, rel=0.01)
+
+
+def test_a_model_that_does_not_fit_is_refused_with_where_it_would_fit_first():
+    """Qwen3-32B (60 GiB of bf16 weights) on one L4: tensor parallelism over four L4s, or one bigger GPU,
+    each checked against the catalog; `fitCheck: warn` comes last, as the way to go on regardless."""
+    model = {
+        "id": "q32",
+        "source": "Qwen/Qwen3-32B",
+        "parametersBillions": 32,
+        "kvCacheBytesPerToken": 262144,
+    }
+    with pytest.raises(ConfigError) as refused:
+        plan_stack(load_settings({**minimal_config("us-east-1"), f"{P}:model": model}), stack="t")
+    message = str(refused.value)
+    wider = "it fits with model.tensorParallelSize 4 on gpuNodes.instanceType g6.12xlarge (4 x L4 24 GB"
+    bigger = "or with gpuNodes.instanceType p5.48xlarge (8 x H100 80 GB: a bigger GPU)"
+    assert wider in message and bigger in message
+    assert message.index(wider) < message.index(bigger) < message.index("or set model.fitCheck: warn")
+    # Each named fix is one the plan accepts.
+    for gpu, tp in (("g6.12xlarge", 4), ("p5.48xlarge", 1)):
+        fixed = {
+            **minimal_config("us-east-1"),
+            f"{P}:model": {**model, "tensorParallelSize": tp},
+            f"{P}:gpuNodes": {"instanceType": gpu, "acceptIdleGpus": True},
+        }
+        assert plan_stack(load_settings(fixed), stack="t").fit.fits, gpu

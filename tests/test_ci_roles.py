@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests import aws_iam
+from tests import aws_iam, iam_simulator
 from tests.fakes.pulumi import ROOT
 from tests.workflow_files import load
 
@@ -84,41 +84,14 @@ def test_no_role_of_a_pull_request_is_listed_in_another_stacks_file():
             assert "ray-llm-eks-ci-preview-dev" not in path.read_text(), path.name
 
 
-def _statements(name: str) -> dict[str, dict[str, Any]]:
-    return {s["Sid"]: s for s in json.loads((IAM / name).read_text())["Statement"]}
+# What each role may and may not do with the state, and what the read-only roles may not read, is
+# decided by an IAM policy simulator in tests/test_ci_roles_simulated.py (issue 47): hand-written checks
+# of the statements agreed with the bugs the simulator found.
 
 
-def _own(resources: list[str] | str) -> bool:
-    """Every resource is one of this stack's state objects (or the backend's metadata)."""
-    listed = [resources] if isinstance(resources, str) else resources
-    prefix = "arn:aws:s3:::STATE_BUCKET/.pulumi/"
-    return all(
-        r == f"{prefix}meta.yaml"
-        or r.startswith(f"{prefix}stacks/ray-llm-eks/STACK.json")
-        or re.fullmatch(rf"{re.escape(prefix)}(locks/organization|history|backups)/ray-llm-eks/STACK/\*", r)
-        for r in listed
-    )
-
-
-@pytest.mark.parametrize("name", ["state-read.json", "state-write.json"])
-def test_a_role_reads_its_own_stacks_state_and_no_other_object(name: str):
-    statements = _statements(name)
-    for statement in statements.values():
-        if statement["Effect"] == "Allow" and statement["Action"] != "s3:ListBucket":
-            assert _own(statement["Resource"]), statement["Sid"]
-    deny = statements["NoOtherStacksState"]
-    assert deny["Effect"] == "Deny" and "s3:GetObject" in deny["Action"] and _own(deny["NotResource"])
-
-
-def test_a_read_only_role_writes_only_its_lock():
-    writes = [
-        s
-        for s in _statements("state-read.json").values()
-        if s["Effect"] == "Allow" and {"s3:PutObject", "s3:DeleteObject"} & set(s["Action"])
-    ]
-    assert [w["Resource"] for w in writes] == [
-        "arn:aws:s3:::STATE_BUCKET/.pulumi/locks/organization/ray-llm-eks/STACK/*"
-    ]
+def policies() -> list[Path]:
+    """The policy documents shipped in .github/iam/ (roles.json and pulumi-diy-requests.json are data)."""
+    return sorted(p for p in IAM.rglob("*.json") if "Statement" in json.loads(p.read_text()))
 
 
 def test_the_docs_table_names_every_shipped_policy():
@@ -130,13 +103,13 @@ def test_the_docs_table_names_every_shipped_policy():
         elif environment in ("dev", "prod"):
             assert "`trust/<stack>.json`" in operations
         else:
-            assert f"`trust/{environment}.json`" in operations, environment
-    for name in ("state-read.json", "state-write.json"):
+            assert "`trust/preview-<stack>.json`" in operations, environment
+    for name in ("state-read.json", "state-write.json", "no-data-reads.json"):
         assert f"`{name}`" in operations
 
 
 def test_policy_files_are_json_without_leftover_placeholders_of_other_names():
-    for path in IAM.rglob("*.json"):
+    for path in [*policies(), IAM / "roles.json"]:
         text = path.read_text()
         json.loads(text)
         assert set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) <= {
@@ -148,7 +121,7 @@ def test_policy_files_are_json_without_leftover_placeholders_of_other_names():
         }, path
 
 
-@pytest.mark.parametrize("path", sorted(IAM.rglob("*.json")), ids=lambda p: str(p.relative_to(IAM)))
+@pytest.mark.parametrize("path", policies(), ids=lambda p: str(p.relative_to(IAM)))
 def test_every_action_resource_and_condition_key_is_in_awss_published_data(path: Path):
     document = json.loads(
         path.read_text().replace("ACCOUNT_ID", "123456789012").replace("STATE_BUCKET", "state-bucket")
@@ -156,7 +129,21 @@ def test_every_action_resource_and_condition_key_is_in_awss_published_data(path:
     assert aws_iam.document_errors(document) == []
 
 
-def test_the_managed_policy_the_read_only_roles_attach_exists():
+def test_roles_json_the_simulator_evaluates_has_every_environment_a_workflow_runs_in():
+    assert iam_simulator.environments() == sorted(environments())
+
+
+def test_the_docs_table_and_roles_json_attach_the_same_policies():
+    """roles.json is what the simulator evaluates; docs/operations.md is what a person creates the roles
+    from: each row names the role's managed and inline policies."""
     operations = (ROOT / "docs" / "operations.md").read_text()
-    assert "`ReadOnlyAccess` + `state-read.json`" in operations
-    assert aws_iam.managed_policy_errors("arn:aws:iam::aws:policy/ReadOnlyAccess") == []
+    roles = json.loads((IAM / "roles.json").read_text())["roles"]
+    for template, role in roles.items():
+        row = next((line for line in operations.splitlines() if line.startswith(f"| `{role['name']}`")), None)
+        assert row is not None, f"docs/operations.md has no row for {role['name']}"
+        for arn in role["managed"]:
+            assert aws_iam.managed_policy_errors(arn) == []
+            assert f"`{arn.rsplit('/', 1)[-1]}`" in row, (template, arn)
+        for name in role["inline"]:
+            assert f"`{name}`" in row, (template, name)
+        assert f"`{role['trust']}`" in row, template

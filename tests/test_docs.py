@@ -10,7 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -65,6 +67,20 @@ def test_readme_is_an_entry_page_and_its_test_command_is_what_ci_runs():
     assert len(readme.splitlines()) <= 120, "the README is one or two screens; details go to docs/"
     assert "bash .ci/run" in readme
     assert "python -m pytest" in (ROOT / ".ci" / "run").read_text()
+
+
+LIVE_TIER = ".venv/bin/python -m pytest tests/live -n 0"
+
+
+def test_ci_runs_the_live_tier_after_the_suite_which_leaves_it_out():
+    """docs/design.md, "What the live tier proves": its own step after pytest, so pytest's stated time
+    holds; the server binary it needs is what .ci/run unpacks."""
+    run = (ROOT / ".ci" / "run").read_text()
+    assert run.index(".venv/bin/python -m pytest\n") < run.index(LIVE_TIER)
+    assert "[ ! -x .cache/promtool/usr/bin/prometheus ]" in run
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "tests/live" in options["norecursedirs"]
+    assert LIVE_TIER in (ROOT / "docs" / "design.md").read_text()
 
 
 def commands(pattern: str) -> set[str]:
@@ -172,22 +188,36 @@ def test_make_destroy_help_says_what_destroy_keeps_by_default(dev_stack: StackRu
 
 
 class TestMakeDestroy:
-    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops."""
+    """`make destroy` against a fake `pulumi` on PATH: the kept keys, and how to finish when it stops; the
+    bucket's advice only where the stack still holds its bucket, and no advice at all for a stack that
+    does not exist."""
 
     KEYS = ["arn:aws:kms:sa-east-1:123456789012:key/a", "arn:aws:kms:sa-east-1:123456789012:key/b"]
+    BUCKET = {"type": "aws:s3/bucket:Bucket", "inputs": {"bucket": "b", "forceDestroy": False}}
 
-    def destroy(self, tmp_path: Path, destroy_rc: int | None) -> subprocess.CompletedProcess[str]:
-        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc`; None: no CLI at all."""
+    def destroy(
+        self,
+        tmp_path: Path,
+        destroy_rc: int | None,
+        stacks: tuple[str, ...] = ("dev",),
+        resources: tuple[dict[str, Any], ...] = (BUCKET,),
+    ) -> subprocess.CompletedProcess[str]:
+        """`make destroy` with a fake Pulumi CLI whose destroy exits `destroy_rc` (None: no CLI at all),
+        whose backend holds `stacks`, and whose state holds `resources` after the destroy."""
         fakes = tmp_path / "bin"
         fakes.mkdir()
         path = str(fakes)
         if destroy_rc is not None:
+            listed = json.dumps([{"name": f"organization/ray-llm-eks/{s}"} for s in stacks])
+            state = json.dumps({"version": 3, "deployment": {"resources": list(resources)}})
             fake = fakes / "pulumi"
             fake.write_text(
                 "#!/bin/sh\n"
                 'case "$1 $2 $3" in\n'
+                f"  'stack ls --json') echo '{listed}' ;;\n"
                 f"  'stack output keptKeyArns') echo '{json.dumps(self.KEYS)}' ;;\n"
-                f"  destroy*) exit {destroy_rc} ;;\n"
+                f"  'stack export --stack') echo '{state}' ;;\n"
+                f"  destroy*) touch {tmp_path}/destroyed; exit {destroy_rc} ;;\n"
                 "  *) exit 3 ;;\n"
                 "esac\n"
             )
@@ -210,13 +240,28 @@ class TestMakeDestroy:
             assert f"aws kms schedule-key-deletion --key-id {key} --pending-window-in-days 7" in done.stdout
         assert "keepVolumeOnDestroy" in done.stdout
 
-    def test_when_destroy_stops_it_says_how_to_finish(self, tmp_path: Path):
+    def test_when_destroy_stops_at_the_bucket_it_says_how_to_finish(self, tmp_path: Path):
         done = self.destroy(tmp_path, 255)
         assert done.returncode == 2  # make's own status for a failed recipe
+        assert "BucketNotEmpty" in done.stderr
         assert "modelCache.forceDestroy" in done.stderr and "--continue-on-error" in done.stderr
         (stalls,) = re.findall(r'"(If a destroy stalls)"', done.stderr)
         assert f"\n{stalls}:\n" in (ROOT / "docs" / "operations.md").read_text().split("## Teardown")[1]
         assert all(key in done.stderr for key in self.KEYS)
+
+    def test_when_the_bucket_is_gone_or_empties_itself_no_bucket_advice(self, tmp_path: Path):
+        forced = {**self.BUCKET, "inputs": {"bucket": "b", "forceDestroy": True}}
+        for i, resources in enumerate(((), (forced,))):
+            (tmp_path / str(i)).mkdir()
+            done = self.destroy(tmp_path / str(i), 255, resources=resources)
+            assert done.returncode == 2
+            assert "BucketNotEmpty" not in done.stderr and "If a destroy stalls" in done.stderr
+
+    def test_a_stack_that_does_not_exist_is_said_so_and_nothing_runs(self, tmp_path: Path):
+        done = self.destroy(tmp_path, 255, stacks=("prod",))
+        assert done.returncode == 2
+        assert "lists no stack dev of this project" in done.stderr
+        assert "BucketNotEmpty" not in done.stderr and not (tmp_path / "destroyed").exists()
 
     def test_without_the_pulumi_cli_it_says_where_to_get_it(self, tmp_path: Path):
         done = self.destroy(tmp_path, None)
@@ -252,6 +297,20 @@ def test_make_and_ci_share_the_venvs_stamps():
         )
 
 
+def test_make_schemas_keeps_the_npm_stamp_ci_reads():
+    """`npm ci` empties node_modules and its stamp with it: `make schemas` writes the stamp .ci/run's
+    npm_ci compares, so the next `.ci/run` does not install the schemas again."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    (stamp,) = re.findall(r'stamp="\$1/(node_modules/[^"]+)"', ci)
+    assert 'cmp -s "$lock" "$stamp"' in ci and 'cp "$lock" "$stamp"' in ci
+    makefile = (ROOT / "Makefile").read_text()
+    (npm,) = re.findall(r"^NPM_SCHEMAS := (\S+)$", makefile, flags=re.M)
+    assert "npm_ci " + npm in ci
+    recipe = makefile.split("\nschemas:", 1)[1].split("\n\n", 1)[0].replace("$(NPM_SCHEMAS)", npm)
+    assert f"cmp -s {npm}/package-lock.json {npm}/{stamp}" in recipe
+    assert f"&& cp {npm}/package-lock.json {npm}/{stamp};" in recipe
+
+
 def test_the_readmes_port_forward_reaches_devs_gateway_where_the_keys_are_checked(dev_stack: StackRun):
     """A laptop cannot reach the internal NLB: the README forwards the load balancer Service's port (Envoy,
     which checks the API keys), as dev renders it."""
@@ -277,17 +336,20 @@ def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
 
 
 def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: StackRun):
-    from planning.model_cache import default_bucket
+    from planning.model_cache import KEY_LENGTH, bucket_key, default_bucket, legacy_bucket
 
-    pattern = default_bucket("<cluster>", "<account>", "<region>")
+    pattern = "<cluster>-models-<key>-<account>-<region>"
     for page in ("operations.md", "configuration.md"):
         assert f"`{pattern}`" in (ROOT / "docs" / page).read_text(), page
     operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
-    assert f"`{pattern}`, with the cluster's name cut to 24 characters" in operations
-    assert default_bucket("c" * 30, "1", "r").startswith("c" * 24 + "-models-")
+    key = f"where `<key>` is {KEY_LENGTH} hex characters of a hash of the stack, cluster"
+    assert f"`{pattern}`, {key}" in operations
+    assert "`<cluster cut to 24>-models-<account>-<region>`" in operations
+    assert legacy_bucket("c" * 30, "1", "r") == "c" * 24 + "-models-1-r"
     bucket = dev_stack.one("aws:s3/bucket:Bucket").inputs["bucket"]
-    cluster = dev_stack.exports["clusterName"]
-    assert bucket == default_bucket(cluster, "123456789012", "sa-east-1")
+    cluster, namespace = dev_stack.exports["clusterName"], dev_stack.exports["namespace"]
+    assert bucket == default_bucket("dev", cluster, namespace, "123456789012", "sa-east-1")
+    assert bucket == f"{cluster}-models-{bucket_key('dev', cluster, namespace)}-123456789012-sa-east-1"
 
 
 @pytest.mark.parametrize(
@@ -303,12 +365,12 @@ def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: Stack
 def test_the_docs_name_the_stacks_each_workflow_runs_for(workflow: str, phrases: list[str]):
     """operations.md's Delivery table and the README say which stacks a workflow's matrix holds: "each
     stack" only where it holds every stack file CI deploys (the examples are deployed nowhere)."""
-    from tests.fakes.pulumi import STACK_FILES
+    from tests.fakes.pulumi import committed_stack_files
 
     document = yaml.safe_load((ROOT / ".github" / "workflows" / f"{workflow}.yml").read_text())
     (job,) = document["jobs"].values()
     matrix = job["strategy"]["matrix"]["stack"]
-    delivered = [s for s in STACK_FILES if not s.endswith(".example")]
+    delivered = [s for s in committed_stack_files() if not s.endswith(".example")]
     stacks = "each stack" if sorted(matrix) == sorted(delivered) else " and ".join(matrix)
     (row,) = [
         line
@@ -394,3 +456,106 @@ def test_the_alerts_table_lists_every_alert_the_stack_renders():
         r["alert"]: r["labels"]["severity"] for g in alert_rules(stack_settings("dev")) for r in g["rules"]
     }
     assert listed == rendered
+
+
+def test_design_md_counts_the_tests_as_the_suite_holds_them(request: pytest.FixtureRequest):
+    """design.md gives the suite's size rounded down to a hundred: it holds while the suite grows. Only
+    a session that collected every test module can count them."""
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    (floor,) = re.findall(r"\(more than ([0-9,]+) tests\b", design)
+    modules = {Path(str(item.fspath)).name for item in request.session.items}
+    if modules != {p.name for p in (ROOT / "tests").glob("test_*.py")}:
+        pytest.skip("a part of the suite was collected: nothing to count")
+    assert len(request.session.items) > int(floor.replace(",", ""))
+
+
+def _flat(path: Path) -> str:
+    return " ".join(path.read_text().split())
+
+
+STACK_COMMANDS = re.compile(r"pulumi (?:stack output|config set)[^`\n|)]*")
+
+
+def test_every_documented_stack_output_and_config_call_names_its_stack():
+    """A bare `pulumi stack output` reads whichever stack `make up` last selected."""
+    for page in DOCS:
+        text = page.read_text()
+        for command in STACK_COMMANDS.findall(text):
+            assert "--stack" in command.split("&&")[0], (page.name, command)
+    readme = (ROOT / "README.md").read_text()
+    (call,) = re.findall(r"\[\"pulumi\", \"stack\", \"output\"[^\]]*\]", readme)
+    assert '"--stack", "dev"' in call
+
+
+def test_the_readme_names_what_its_commands_and_client_need():
+    readme = (ROOT / "README.md").read_text()
+    needs = " ".join(readme.split("## Clone to a running stack", 1)[1].split("\n\n", 2)[1].split())
+    (commands,) = re.findall(r"```bash\n(.*?)```", readme.split("## Clone to green tests")[0], re.S)
+    named = {"pulumi": "[Pulumi CLI]", "kubectl": "kubectl", "aws": "AWS CLI v2"}
+    for tool, name in named.items():
+        if re.search(rf"(^|[(; ]){tool} ", commands, re.M):
+            assert name in needs, tool
+    (snippet,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    imported = {m.split(".")[0] for m in re.findall(r"^(?:from|import) (\w[\w.]*)", snippet, re.M)}
+    locked = (ROOT / "requirements.lock").read_text()
+    for module in sorted(imported - set(sys.stdlib_module_names)):
+        assert f"\n{module}==" not in locked  # else `make` installs it and the README need not say so
+        assert f"(`pip install {module}`)" in readme, module
+
+
+def test_the_quotas_the_docs_name_are_those_preflight_checks_for_dev():
+    from ops.preflight import vcpus_needed
+    from tests.fakes.pulumi import stack_settings
+
+    needed = vcpus_needed(stack_settings("dev"))
+    assert len(needed) == 2  # the GPU nodes' and the system nodes' (Standard)
+    readme, operations = _flat(ROOT / "README.md"), _flat(ROOT / "docs" / "operations.md")
+    for (code, name), vcpus in needed.items():
+        for page, text in (("README.md", readme), ("operations.md", operations)):
+            assert f'{vcpus} of "{name}" ({code}' in text, (page, code)
+        assert f"{vcpus} of {code}" in operations
+
+
+def test_the_kubeconfig_the_readme_writes_is_private_and_never_committed():
+    readme = (ROOT / "README.md").read_text()
+    (line,) = [line for line in readme.splitlines() if "> kubeconfig.json" in line]
+    assert line.startswith("(umask 077; pulumi stack output kubeconfig --stack dev")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "kubeconfig.json"], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, ".gitignore must list kubeconfig.json"
+
+
+def test_the_docs_say_which_install_a_bare_pulumi_makes_and_the_policy_pack_uses_the_lock():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["runtime"]["options"] == {"toolchain": "pip", "virtualenv": ".venv"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--require-hashes -r requirements.lock" in makefile
+    assert "--require-hashes -r policy/requirements.lock" in makefile
+    operations = _flat(ROOT / "docs" / "operations.md")
+    assert "`make venv`" in operations and "installs `requirements.lock`, every package pinned" in operations
+    assert "Pulumi installs `requirements.txt` there" in operations
+    assert "pip install -r policy/requirements.txt" not in operations and "make policy " in operations
+
+
+def test_the_exit_code_table_says_what_preflight_exits_with():
+    from ops.preflight import Finding, format_findings
+
+    operations = _flat(ROOT / "docs" / "operations.md")
+    _, failed = format_findings([Finding(False, "GPU quota", "0 vCPUs")])
+    _, passed = format_findings([Finding(True, "GPU quota", "64 vCPUs")])
+    assert (passed, failed) == (0, 2)
+    assert f"`preflight` exits {failed} for any problem it finds, not 1" in operations
+
+
+def test_the_readmes_picture_is_devs_cluster():
+    """The picture's Kubernetes version, system node type and GPU nodes are dev's, as its stack file and
+    the defaults give them."""
+    from tests.fakes.pulumi import stack_settings
+
+    dev = stack_settings("dev")
+    readme = (ROOT / "README.md").read_text()
+    assert f'subgraph EKS["EKS {dev.cluster.kubernetes_version} (' in readme
+    assert f'subgraph sys["system node group: {dev.system_nodes.instance_type}, role=system"]' in readme
+    gpu = f'subgraph gpu["GPU node group: {dev.gpu_nodes.desired_size} x {dev.gpu_nodes.instance_type}, '
+    assert gpu in readme
+    nodes = f"{dev.gpu_nodes.desired_size} x {dev.gpu_nodes.instance_type}"
+    assert f"{nodes} and an {dev.system_nodes.instance_type}" in _flat(ROOT / "README.md")

@@ -427,6 +427,51 @@ class TestApiKeys:
             run_stack(secrets={"ray-llm-eks:apiKeys": json.dumps(keys)})
 
 
+class TestPerKeyRateLimit:
+    """Issue 47: each API key has its own request budget, so one heavy client cannot crowd out the
+    others (Envoy Gateway v1.9.0's local rate limit; docs/design.md says why not the global one)."""
+
+    @staticmethod
+    def _rate_limit(run: StackRun) -> tuple[str, dict]:
+        auth = gateway_object(run, "SecurityPolicy").inputs["spec"]["apiKeyAuth"]
+        spec = gateway_object(run, "BackendTrafficPolicy").inputs["spec"]
+        return auth["forwardClientIDHeader"], spec["rateLimit"]
+
+    def test_each_key_counts_apart_on_the_header_the_key_check_sets(self, dev_stack):
+        """The header is the authenticated client's name, set by the api_key_auth filter (which runs
+        before the rate limit and replaces any value the client sent): a client cannot pick its bucket."""
+        header, rate_limit = self._rate_limit(dev_stack)
+        assert header == "x-ray-llm-client"
+        assert set(rate_limit) == {"local"}  # no Redis: the global rate limit would need one
+        (rule,) = rate_limit["local"]["rules"]
+        assert rule["clientSelectors"] == [{"headers": [{"type": "Distinct", "name": header}]}]
+        assert rule["limit"] == {"requests": 600, "unit": "Minute"}
+        route = gateway_object(dev_stack, "BackendTrafficPolicy").inputs["spec"]["targetRefs"]
+        assert route == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "ray-llm"}]
+
+    @pytest.mark.parametrize(("replicas", "requests", "each"), [(1, 90, 90), (3, 90, 30), (4, 10, 2)])
+    def test_the_replicas_share_the_limit_so_no_client_gets_more_in_total(self, replicas, requests, each):
+        endpoint = {"gatewayReplicas": replicas, "rateLimit": {"requests": requests, "unit": "Second"}}
+        _, rate_limit = self._rate_limit(run_stack(overrides={"endpoint": endpoint}))
+        (rule,) = rate_limit["local"]["rules"]
+        assert rule["limit"] == {"requests": each, "unit": "Second"}
+        assert each * replicas <= requests
+
+    @pytest.mark.parametrize(
+        ("rate_limit", "message"),
+        [
+            ({"requests": 1, "unit": "Minute"}, r"rateLimit.requests \(1\) is below gatewayReplicas \(2\)"),
+            ({"requests": 0}, r"endpoint.rateLimit.requests"),
+            ({"unit": "Day"}, r"endpoint.rateLimit.unit"),
+            ({"burst": 5}, r"endpoint.rateLimit.burst"),
+        ],
+    )
+    def test_a_limit_no_replica_can_enforce_fails_before_anything_is_created(self, rate_limit, message):
+        with pytest.raises(ConfigError, match=message):
+            run_stack(overrides={"endpoint": {"gatewayReplicas": 2, "rateLimit": rate_limit}})
+        assert harness.LAST_RUN is not None and harness.LAST_RUN.registrations == []
+
+
 class TestSwitchedOff:
     def test_no_controller_no_gateway_no_keys_and_the_port_forward_still_works(self):
         run = run_stack(overrides={"endpoint": {"enabled": False}})
@@ -468,3 +513,5 @@ def test_every_stack_file_gets_a_working_endpoint(stack: str):
     assert load_balancer(run).inputs["metadata"]["annotations"][
         "service.beta.kubernetes.io/aws-load-balancer-scheme"
     ] in ("internal", "internet-facing")
+    (rule,) = gateway_object(run, "BackendTrafficPolicy").inputs["spec"]["rateLimit"]["local"]["rules"]
+    assert rule["limit"]["requests"] >= 1  # every stack file's keys are limited

@@ -404,6 +404,34 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
         assert entries[0].inputs["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
         assert any(f"{admin} has an access entry on the cluster already" in m for m in run.infos)
 
+    def test_a_refresh_principal_on_a_teams_cluster_is_told_it_reads_every_teams_secrets(self, team_run):
+        """Issue 47: `AmazonEKSAdminViewPolicy` at cluster scope reads every namespace's Secrets. A
+        narrower grant cannot be verified offline (planning/access.py), so the preview says what it reads
+        whenever one is listed on a team's cluster, and only then."""
+        drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-byo"
+        run = byo(cluster={"existingClusterName": TEAM_CLUSTER, "refreshPrincipalArns": [drift]})
+        (warning,) = [w for w in run.warnings if "cluster.refreshPrincipalArns" in w]
+        assert (
+            f"on team cluster {TEAM_CLUSTER}: {drift} get AmazonEKSAdminViewPolicy at cluster scope"
+            in warning
+        )
+        assert "every namespace's Secrets, the team's included" in warning
+        assert "not only this stack's namespaces: " in warning and "inference" in warning
+        assert "can change nothing" in warning and "without --refresh" in warning
+        (association,) = [
+            a
+            for a in run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+            if a.inputs["principalArn"] == drift
+        ]
+        assert association.inputs["policyArn"].endswith("/AmazonEKSAdminViewPolicy")
+        assert association.inputs["accessScope"] == {"type": "cluster"}  # what the warning says
+        assert not any("cluster.refreshPrincipalArns" in w for w in team_run.warnings)
+
+    def test_a_refresh_principal_on_the_stacks_own_cluster_is_not_warned_about(self):
+        drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
+        run = run_stack(overrides={"cluster": {"refreshPrincipalArns": [drift]}})
+        assert not any("refreshPrincipalArns" in w for w in run.warnings)
+
 
 class TestRefusedAtPreview:
     def test_a_cluster_that_does_not_exist(self):
@@ -931,3 +959,107 @@ class TestViewersOfTheTeamsCluster:
     def test_no_secret_is_ever_granted(self, run: StackRun):
         (role,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
         assert not any("secrets" in rule["resources"] for rule in role.inputs["rules"])
+
+
+class TestWhereTheNodesGoPlannedAlone:
+    """Issue 53's sweep: planning/existing_cluster.py `plan_existing` on layouts the default team cluster
+    does not have (no stack run: the plan alone decides, before any resource)."""
+
+    OFFERED = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
+
+    @staticmethod
+    def subnet(id: str, zone: str, *, private: bool = True, in_cluster: bool = True) -> Any:
+        from planning.existing_cluster import Subnet
+
+        return Subnet(id, f"us-east-1{zone}", "10.20.0.0/24", private=private, in_cluster=in_cluster)
+
+    def plan(self, team: TeamCluster | None = None, *, subnets=None, record=None, **sections):
+        from planning.existing_cluster import plan_existing
+        from tests.fakes.pulumi import stack_settings
+
+        cluster = (team or TeamCluster()).description()
+        if subnets is not None:
+            cluster = replace(cluster, subnets=tuple(subnets))
+        return plan_existing(stack_settings(STACK, **sections), cluster, self.OFFERED, record)
+
+    def refused(self, **given: Any) -> str:
+        with pytest.raises(ConfigError) as raised:
+            self.plan(**given)
+        return str(raised.value)
+
+    def test_a_recorded_gpu_subnet_that_is_gone_is_refused_not_replaced(self):
+        """Choosing another subnet would replace the GPU node group: every GPU node drained at once."""
+        from planning.zones import StackRecord
+
+        record = StackRecord(("us-east-1b",), "us-east-1b", gpu_subnet="subnet-0bb0000000000000b")
+        assert self.plan(record=record).gpu_subnet.id == "subnet-0bb0000000000000b"
+        gone = "subnet-0990000000000000f"
+        said = self.refused(record=replace(record, gpu_subnet=gone))
+        assert f"ray-llm-eks:gpuNodes.subnetId: {gone}, where this stack's GPU nodes run, is gone" in said
+
+    def test_a_recorded_gpu_subnet_that_no_longer_works_is_refused_saying_moving_replaces(self):
+        from planning.zones import StackRecord
+
+        record = StackRecord(("us-east-1b",), "us-east-1b", gpu_subnet="subnet-0bb0000000000000b")
+        now_public = [
+            self.subnet("subnet-0bb0000000000000b", "b", private=False),
+            self.subnet("subnet-0aa0000000000000a", "a"),
+        ]
+        said = self.refused(subnets=now_public, record=record)
+        assert "subnet-0bb0000000000000b is public" in said and "replaces the GPU node group" in said
+        other_zone = self.refused(record=record, gpuNodes={"availabilityZone": "us-east-1a"})
+        assert "is in us-east-1b, not ray-llm-eks:gpuNodes.availabilityZone us-east-1a" in other_zone
+
+    @pytest.mark.parametrize("status", ["CREATING", "UPDATING", "FAILED", "DELETING"])
+    def test_a_cluster_that_is_not_active_is_refused(self, status):
+        said = self.refused(team=replace(TeamCluster(), status=status))
+        assert f"cluster platform-prod is {status}, not ACTIVE" in said
+
+    def test_the_clusters_own_private_subnets_come_first_whatever_their_zone(self):
+        """A private subnet outside the cluster's in an earlier zone: the GPU nodes and the system nodes
+        still go to the cluster's own (nodes elsewhere reach the control plane only through the VPC)."""
+        layout = [
+            self.subnet("subnet-0a0", "a", in_cluster=False),
+            self.subnet("subnet-0c0", "c"),
+            self.subnet("subnet-0b1", "b", private=False, in_cluster=False),
+            self.subnet("subnet-0d1", "d", private=False),
+        ]
+        plan = self.plan(subnets=layout)
+        assert plan.gpu_subnet.id == "subnet-0c0" and not plan.warnings
+        assert [s.id for s in plan.system_subnets] == ["subnet-0c0"]
+        assert plan.load_balancer_subnets(public=True) == ("subnet-0b1", "subnet-0d1")
+        same_zone = [*layout, self.subnet("subnet-0d0", "d", private=False, in_cluster=False)]
+        assert self.plan(subnets=same_zone).load_balancer_subnets(public=True) == ("subnet-0b1", "subnet-0d1")
+
+    def test_a_cluster_whose_own_subnets_are_all_public_uses_the_vpcs_private_ones(self):
+        layout = [
+            self.subnet("subnet-0a1", "a", private=False),
+            self.subnet("subnet-0b0", "b", in_cluster=False),
+        ]
+        plan = self.plan(subnets=layout)
+        assert [s.id for s in plan.system_subnets] == ["subnet-0b0"]
+        assert plan.gpu_subnet.id == "subnet-0b0"
+        assert any("outside cluster platform-prod's own" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("key", ["adminPrincipalArns", "viewerPrincipalArns", "refreshPrincipalArns"])
+def test_a_principal_of_every_list_with_the_teams_entry_keeps_it(key):
+    """Issue 53's sweep: EKS refuses a second access entry for a principal (ResourceInUseException at
+    `up`), so a listed principal that already has the team's entry is left as the team made it, whichever
+    list names it; the refresh list had been left out of what the program asks EKS about."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from tests.fakes.pulumi import stack_settings
+    from world.reads import where_it_serves
+
+    principal = "arn:aws:iam::123456789012:role/platform-drift"
+    world = AwsState(team=TeamCluster(access_entries={principal: {"owner": "platform"}})).world(
+        TeamCluster().region
+    )
+    settings = stack_settings(STACK, cluster={key: [principal]})
+    plan = plan_stack(settings, stack=STACK)
+    where = where_it_serves(
+        settings, plan, "ray-llm-eks/byo", world, world.caller(), own_namespaces(settings, plan.cluster_name)
+    )
+    assert principal not in [e.principal_arn for e in where.access.entries]
+    assert any(f"{principal} has an access entry on the cluster already" in i for i in where.infos)

@@ -179,3 +179,36 @@ def test_a_type_ec2_does_not_know_fails_before_any_resource_naming_the_key():
         ConfigError, match=r"gpuNodes.instanceType: EC2 in us-east-1 does not describe 'g9.mega'"
     ):
         stack_for("g9.mega", 1)
+
+
+def _warnings(gpu_nodes: dict[str, Any], model: dict[str, Any]) -> list[str]:
+    config = {**minimal_config(REGION), f"{P}:gpuNodes": gpu_nodes, f"{P}:model": model}
+    return list(plan_stack(load_settings(config), stack="hw").warnings)
+
+
+def test_the_idle_node_advice_never_names_the_desired_size_the_stack_has():
+    """3 workers of tensorParallelSize 4 on 2 x p5.48xlarge (2 a node) fill both nodes, 4 GPUs idle: one
+    node fewer would not hold them, so `desiredSize 2` (what the stack has) is no advice."""
+    p5 = {"instanceType": "p5.48xlarge", "desiredSize": 2, "minSize": 2, "maxSize": 2}
+    (warning,) = [
+        w
+        for w in _warnings(p5, {"tensorParallelSize": 4, "prefillReplicas": 1, "decodeReplicas": 2})
+        if "paid for and idle" in w
+    ]
+    assert "4 GPU(s) paid for and idle" in warning
+    assert "desiredSize 2 (" not in warning and "more replicas" in warning
+    # Where fewer nodes would do (2 workers of tensorParallelSize 8 on 3 nodes), it names how many.
+    three = {**p5, "desiredSize": 3, "minSize": 3, "maxSize": 3}
+    (fewer,) = [w for w in _warnings(three, {"tensorParallelSize": 8}) if "paid for and idle" in w]
+    assert "gpuNodes.desiredSize 2 (and minSize/maxSize to match)" in fewer
+
+
+def test_the_idle_gpu_advice_never_names_the_type_the_stack_has():
+    """tensorParallelSize 3 on a p5.48xlarge leaves 2 of its 8 GPUs idle: the other types are named."""
+    (warning,) = [
+        w
+        for w in _warnings({"instanceType": "p5.48xlarge", "acceptIdleGpus": True}, {"tensorParallelSize": 3})
+        if "sit idle" in w
+    ]
+    assert "2 of its 8 GPUs sit idle" in warning
+    assert "(g6.8xlarge, g6e.8xlarge)" in warning and "p5.48xlarge)" not in warning

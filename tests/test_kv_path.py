@@ -15,6 +15,7 @@ from config.serving import ModelConfig
 from ops.kube import ExecResult
 from ops.verify import CHECK_NIXL, VerifyTarget, check_nixl_backend
 from planning import plan_stack
+from planning.capacity import KNOWN_MODELS
 from planning.catalog import CATALOG
 from planning.kv_path import plan_kv_path, transfer_floor
 from tests.fakes.kube import fixture_text, healthy_cluster
@@ -125,6 +126,15 @@ class TestInTheStack:
         (line,) = [m for m in dev_stack.infos if m.startswith("KV crossing time")]
         assert "a full 4096-token prompt's KV (153 MiB per GPU, 25 MiB of it per-sequence state)" in line
         assert line.endswith("crosses in 161-321 ms")
+
+    def test_a_crossing_that_rounds_to_nothing_is_said_to_take_under_a_millisecond(self):
+        """p5 with tensorParallelSize 8: 19 MiB per GPU at GPUDirect RDMA's rate, 0.4 ms, never "0 ms"."""
+        from planning import plan_stack
+        from tests.fakes.pulumi import stack_settings
+
+        p5 = stack_settings("dev", gpuNodes={"instanceType": "p5.48xlarge"}, model={"tensorParallelSize": 8})
+        line = plan_stack(p5, stack="dev").kv_crossing.summary()
+        assert line.endswith("(19 MiB per GPU, 3 MiB of it per-sequence state) crosses in under 1 ms"), line
 
     def test_a_p5_stack_keeps_gpu_buffers_over_efa(self):
         run = run_stack(
@@ -351,3 +361,45 @@ class TestTheTransferFloor:
         assert any("network_gbps 25, EC2 says 50.0" in w for w in warnings)
         same, quiet = from_ec2(g6(25.0), CATALOG["g6.8xlarge"])
         assert same.network_gbps == 25.0 and quiet == []
+
+
+class TestWhatTheLastWaveLeftUnheld:
+    """Issue 53 (6, 7): cases no test planned."""
+
+    @pytest.mark.parametrize("gpu", ["p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+    def test_auto_with_an_attention_only_model_keeps_gpu_buffers_on_gpudirect_types(self, gpu):
+        """Host buffers would cost two extra copies through host memory where the EFA device reads GPU
+        memory itself; `auto` keeps GPU buffers there, whatever the model."""
+        path, warnings = plan_kv_path(model(**ATTENTION_ONLY, kvBufferDevice="auto"), CATALOG[gpu])
+        assert (path.backends, path.buffer_device, path.mechanism) == (("LIBFABRIC",), "cuda", "gpudirect")
+        assert warnings == []
+
+    def test_a_hybrid_models_state_is_split_across_tensor_parallel_ranks(self):
+        """Qwen3.5-9B on g6.12xlarge at tensor parallel 2: each rank moves half the KV heads and half the
+        Gated DeltaNet state (its value heads are split across ranks like the attention heads)."""
+        state = KNOWN_MODELS["Qwen/Qwen3.5-9B"].state_bytes_per_sequence
+        per_token = KNOWN_MODELS["Qwen/Qwen3.5-9B"].kv_cache_bytes_per_token
+        assert per_token is not None
+        plans = {
+            tp: plan_stack(
+                stack_settings(
+                    "dev",
+                    gpuNodes={"instanceType": "g6.12xlarge", "acceptIdleGpus": True},
+                    model={"tensorParallelSize": tp},
+                ),
+                stack="dev",
+            ).kv_crossing
+            for tp in (1, 2)
+        }
+        assert plans[1].state_bytes == state and plans[2].state_bytes == state // 2
+        assert plans[2].kv_bytes == per_token * 4096 // 2 + state // 2
+        assert plans[1].seconds and plans[2].seconds and plans[2].seconds[1] < plans[1].seconds[1] * 0.51
+        assert "(77 MiB per GPU, 13 MiB of it per-sequence state)" in plans[2].summary()
+
+    def test_libfabric_after_ucx_still_plans_efa(self):
+        """Issue 53's sweep: nixlBackends [UCX, LIBFABRIC] keeps LIBFABRIC, and the path over EFA; only a
+        list without it goes over TCP."""
+        for gpu, mechanism in (("g6.8xlarge", "emulated"), ("p5.48xlarge", "gpudirect")):
+            path, warnings = plan_kv_path(model(nixlBackends=["UCX", "LIBFABRIC"]), CATALOG[gpu])
+            assert path.backends == ("UCX", "LIBFABRIC") and path.over_efa
+            assert path.mechanism == mechanism and warnings == []

@@ -577,3 +577,80 @@ class TestTheCommand:
 def test_probe_spec_sizes():
     spec = ProbeSpec(backends=("UCX",), memory="DRAM")
     assert spec.total_bytes == 256 * MIB and replace(spec, blocks=1).total_bytes == 4 * MIB
+
+
+def replayed(case: str) -> ProbeRun:
+    found = recording(case)
+    return ProbeRun(pair=Pair(**found.pop("pair")), **found)
+
+
+UCX_HOST_SPEC = ProbeSpec(backends=("UCX",), memory="DRAM", blocks=8, block_bytes=MIB, iterations=3)
+
+
+class TestWhatTheLastWaveLeftUnheld:
+    """Issue 53 (8, 9), on the real NIXL recording of UCX over TCP (host buffers), which passes as
+    recorded where the plan chose it."""
+
+    @pytest.mark.parametrize(
+        ("which", "keep", "said"),
+        [
+            ("last", 7, "the last transfer returned 7 of 8 blocks"),
+            ("first", 1, "the first transfer returned 1 of 8 blocks"),
+            ("first", 0, "the first transfer returned 0 of 8 blocks"),
+            ("last", 9, "the last transfer returned 9 of 8 blocks"),
+        ],
+    )
+    def test_a_probe_that_returns_another_number_of_digests_than_it_sent_is_not_intact(
+        self, which, keep, said
+    ):
+        """Every digest it did return matches: only the count says blocks went missing."""
+        run = replayed("ucx-tcp")
+        assert run.read_result and run.ready
+        sent = run.ready["sha256"]
+        assert judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)[0].passed
+        returned = (sent * 2)[:keep]
+        run.read_result["sha256"] = {**run.read_result["sha256"], which: returned}
+        transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and said in transfer.reason, transfer.reason
+        assert not bandwidth.passed
+
+    def test_without_a_plan_a_transfer_over_tcp_fails(self):
+        """`ops verify` without a stack expects EFA by any mechanism: UCX over TCP, every byte intact and
+        UCX among the backends asked for, still fails."""
+        transfer, bandwidth = judge(replayed("ucx-tcp"), UCX_HOST_SPEC, "cpu", None, None)
+        assert not transfer.passed
+        assert "the plan expected EFA, and TCP carried the bytes" in transfer.reason
+        assert not bandwidth.passed
+        checks, _, _ = probe(
+            backends=("LIBFABRIC", "UCX"), faults=Faults(backend_used="UCX"), logs=ucx_logs(), floor=None
+        )
+        passed, reason = checks[CHECK_TRANSFER]
+        assert not passed and "the plan expected EFA, and TCP carried the bytes" in reason
+
+    @pytest.mark.parametrize("reported", [{}, None])
+    def test_a_reader_that_reports_no_digests_is_not_intact(self, reported):
+        """Nothing to compare is not a match: the verdict must not say every block's SHA-256 matched."""
+        run = replayed("ucx-tcp")
+        assert run.read_result
+        if reported is None:
+            del run.read_result["sha256"]
+        else:
+            run.read_result["sha256"] = reported
+        transfer, bandwidth = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and "the reader reported no digests" in transfer.reason
+        assert not bandwidth.passed
+
+    def test_a_reader_that_reports_the_first_transfers_digests_only_is_not_intact(self):
+        """The verdict says every block matched after the first and the last transfer: a reader that
+        reported the first alone has not shown the last (the check that catches blocks that stop
+        arriving, nixl#909)."""
+        run = replayed("ucx-tcp")
+        assert run.read_result and len(run.read_result["seconds"]) > 1
+        del run.read_result["sha256"]["last"]
+        transfer, _ = judge(run, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)
+        assert not transfer.passed and "no digests after the last transfer" in transfer.reason
+        once = replayed("ucx-tcp")
+        assert once.read_result
+        once.read_result["seconds"] = once.read_result["seconds"][:1]  # one transfer: first and last alike
+        del once.read_result["sha256"]["last"]
+        assert judge(once, UCX_HOST_SPEC, "cpu", "tcp", G6_UCX_HOST_FLOOR)[0].passed

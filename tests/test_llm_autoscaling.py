@@ -13,6 +13,7 @@ panel are checked with the others in tests/test_observability.py.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -29,10 +30,13 @@ from ray.serve.autoscaling_policy import _apply_autoscaling_config
 from ray.serve.config import AutoscalingConfig, AutoscalingContext, AutoscalingPolicy
 
 from jobs.llm_autoscaling import LlmScalingPolicy, decide, mean_prompt_tokens_query
-from tests.fakes.pulumi import ROOT, STACKS, StackRun, run_stack
+from tests.fakes.existing import TeamCluster
+from tests.fakes.pulumi import ROOT, STACKS, AwsState, StackRun, run_stack
 from tests.validators import crd_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+SCOPE = {"namespace": "inference", "jobs": "inference/ray-head-monitor|inference/ray-workers-monitor"}
+"""Dev's Ray pods as its PodMonitors label them: what the policy's queries select."""
 LLM = {
     "autoscaling": {"signal": "llm", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}},
     "gpuNodes": {"minSize": 0, "desiredSize": 2, "maxSize": 5},
@@ -195,6 +199,9 @@ class TestThePolicyInRay:
         (query,) = prometheus.queries
         assert 'ray_io_cluster="ray-llm-raycluster-abcde"' in query
         assert 'deployment="Decode:qwen3_5-9b"' in query and 'application="qwen"' in query
+        # The stack's own pods only: a shared Prometheus's other workloads cannot feed it.
+        assert query.count('namespace="inference"') == 2
+        assert query.count('job=~"inference/ray-head-monitor|inference/ray-workers-monitor"') == 2
         prometheus.value = "0.5"
         replicas, _ = policy(context(built, "Decode:qwen3_5-9b", 5, 3, state))
         assert replicas == 3 and len(prometheus.queries) == 1  # read again only after refresh_seconds
@@ -207,10 +214,65 @@ class TestThePolicyInRay:
         prometheus.value = "3000"  # mean prompt length
         replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 3, 1))
         assert replicas == 2 and state["llm_load"] == 9000  # 3 requests x 3000 > 8192
-        assert prometheus.queries == [mean_prompt_tokens_query("ray-llm-raycluster-abcde")]
+        assert prometheus.queries == [mean_prompt_tokens_query("ray-llm-raycluster-abcde", **SCOPE)]
         prometheus.value = None  # no request finished lately: the last prompt length still holds
         state["llm_read_at"] = 0
         assert policy(context(built, "Prefill:qwen3_5-9b", 3, 1, state))[0] == 2
+
+    def test_an_idle_side_goes_back_to_its_minimum(self, llm_stack, prometheus, monkeypatch):
+        """vLLM sets its gauges only while it has requests, and Ray drops a gauge nobody set for about
+        20 s: an idle decode has no KV-cache series. No requests and no reading is idle, not "hold"
+        (live: tests/live/test_serving.py)."""
+        config = {**autoscaling_config(llm_stack, "decode"), "upscale_delay_s": 0, "downscale_delay_s": 0}
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        prometheus.value = None
+        assert policy(context(built, "Decode:qwen3_5-9b", 0, 3))[0] == 1
+        # Requests, but their engines not scraped yet (or Prometheus away): keep what runs.
+        assert policy(context(built, "Decode:qwen3_5-9b", 4, 3))[0] == 3
+
+    def test_a_kv_reading_that_goes_missing_is_not_replaced_by_the_last_one(
+        self, llm_stack, prometheus, monkeypatch
+    ):
+        """Issue 53 (5): the policy's state holds an earlier reading (1.9, which would ask for 3
+        replicas); the next read finds no series: the side holds, or with no requests goes idle."""
+        config = {**autoscaling_config(llm_stack, "decode"), "upscale_delay_s": 0, "downscale_delay_s": 0}
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        prometheus.value = "1.9"
+        replicas, state = policy(context(built, "Decode:qwen3_5-9b", 40, 2))
+        assert replicas == 3 and state["llm_reading"] == 1.9
+        prometheus.value = None
+        state["llm_read_at"] = 0  # the refresh is due
+        replicas, state = policy(context(built, "Decode:qwen3_5-9b", 40, 2, state))
+        assert replicas == 2 and state["llm_reading"] is None and len(prometheus.queries) == 2
+        assert policy(context(built, "Decode:qwen3_5-9b", 0, 2, {**state, "llm_read_at": 0}))[0] == 1
+
+    def test_one_log_line_per_decision_not_per_tick(self, llm_stack, prometheus, monkeypatch):
+        """Ray calls the policy every 0.1 s, through its delay windows too (30 s up, 600 s down by
+        default): a line when the decision changes, not 10 a second."""
+        lines: list[str] = []
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.getMessage().startswith("llm autoscaling:"):
+                    lines.append(record.getMessage())
+
+        handler = Keep(logging.INFO)
+        serve_logger = logging.getLogger("ray.serve")
+        monkeypatch.setattr(serve_logger, "level", logging.INFO)
+        serve_logger.addHandler(handler)
+        try:
+            built, policy = as_the_controller_gets_it(autoscaling_config(llm_stack, "decode"), monkeypatch)
+            prometheus.value = "1.9"
+            state: dict[str, Any] = {}
+            for _ in range(50):  # five seconds of ticks inside Ray's 30 s upscale delay
+                replicas, state = policy(context(built, "Decode:qwen3_5-9b", 40, 2, state))
+                assert replicas == 2
+            assert len(lines) == 1 and "up 2 -> 3 replicas" in lines[0]
+            for _ in range(20):  # Ray applied it: the same decision, nothing new to say
+                policy(context(built, "Decode:qwen3_5-9b", 40, 3, state))
+            assert len(lines) == 1
+        finally:
+            serve_logger.removeHandler(handler)
 
     def test_ray_keeps_its_upscale_delay(self, llm_stack, prometheus, monkeypatch):
         built, policy = as_the_controller_gets_it(autoscaling_config(llm_stack, "decode"), monkeypatch)
@@ -239,10 +301,15 @@ class TestTheStack:
             "downscale_delay_s": 600.0,
             "policy": {
                 "policy_function": "llm_autoscaling:LlmScalingPolicy",
-                "policy_kwargs": {"signal": "prompt_tokens", "target": 8192.0, "band": 0.8},
+                "policy_kwargs": {"signal": "prompt_tokens", "target": 8192.0, "band": 0.8, **SCOPE},
             },
         }
-        assert decode["policy"]["policy_kwargs"] == {"signal": "kv_cache", "target": 0.7, "band": 0.8}
+        assert decode["policy"]["policy_kwargs"] == {
+            "signal": "kv_cache",
+            "target": 0.7,
+            "band": 0.8,
+            **SCOPE,
+        }
         assert serve_errors(serve_config(llm_stack)) == []  # Ray 2.58's models, the policy imported
 
     def test_rays_models_refuse_a_policy_that_cannot_be_imported(self, llm_stack):
@@ -268,6 +335,7 @@ class TestTheStack:
             "signal": "kv_cache",
             "target": 0.5,
             "band": 0.6,
+            **SCOPE,
         }
 
     def test_the_head_imports_the_policy_from_the_plugins_config_map(self, llm_stack):
@@ -287,6 +355,17 @@ class TestTheStack:
             k: llm_stack.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")
         }
         assert crd_errors(rendered) == [] and pod_errors(pod) == []
+
+    def test_on_a_teams_prometheus_the_queries_select_the_stacks_own_monitors(self):
+        """Issue 47 item 4: on a team's cluster the PodMonitors live in the team Prometheus's namespace,
+        so their `job` labels name it; the pods' namespace stays the serving namespace."""
+        run = run_stack(stack="byo.example", overrides=LLM, aws=AwsState(team=TeamCluster()))
+        monitors = run.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+        jobs = sorted(f"{m.inputs['metadata']['namespace']}/{m.inputs['metadata']['name']}" for m in monitors)
+        assert jobs and all(j.startswith("monitoring/") for j in jobs)  # the team Prometheus's namespace
+        kwargs = autoscaling_config(run, "decode")["policy"]["policy_kwargs"]
+        namespace = run.one(RAYSERVICE).inputs["metadata"]["namespace"]
+        assert kwargs["jobs"] == "|".join(jobs) and kwargs["namespace"] == namespace
 
     @pytest.mark.parametrize("stack", STACKS)
     def test_sides_that_do_not_scale_change_nothing(self, stack):

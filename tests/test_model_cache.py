@@ -6,18 +6,23 @@ the bucket; the copy runs again only when the model's source or revision changes
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from config import PROJECT
+from config.base import s3_bucket_problem
 from jobs.model_copy import HASH_FILE, copy, snapshot_files
-from tests.fakes.pulumi import OWN_CLUSTER_STACKS, StackRun, run_stack
+from planning.model_cache import bucket_key, default_bucket, legacy_bucket
+from planning.zones import TAG_MODEL_BUCKET
+from tests.fakes.pulumi import OWN_CLUSTER_STACKS, AwsState, StackRun, deployed, run_stack, stack_file_config
 
 JOB = "kubernetes:batch/v1:Job"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
-BUCKET = "s3://ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
+BUCKET = "s3://ray-llm-multinode-models-895680ba-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
 
 
 def cache_associations(run: StackRun):
@@ -29,10 +34,83 @@ def copy_job(run: StackRun):
     return run.one(JOB, "ray-llm-model-copy")
 
 
+class TestTheBucketsName:
+    """S3 names are global and a bucket is never renamed: a new default name replaces the bucket and its
+    copy. So the default is what makes a stack its own (stack, cluster, namespace: a hash), and a
+    deployed stack keeps the name its record holds, as it keeps its zones (planning/zones.py)."""
+
+    ACCOUNT = "123456789012"
+    BUCKET = "aws:s3/bucket:Bucket"
+
+    def test_stacks_whose_cluster_names_once_cut_alike_get_buckets_of_their_own(self):
+        a, b = (
+            default_bucket(s, f"ray-llm-eks-{s}", "inference", self.ACCOUNT, "us-east-1")
+            for s in ("analytics-team-a", "analytics-team-b")
+        )
+        assert a != b
+        # The names they got before: one bucket for both.
+        assert legacy_bucket("ray-llm-eks-analytics-team-a", self.ACCOUNT, "us-east-1") == legacy_bucket(
+            "ray-llm-eks-analytics-team-b", self.ACCOUNT, "us-east-1"
+        )
+
+    def test_two_stacks_on_one_teams_cluster_get_buckets_of_their_own(self):
+        byo = stack_file_config("byo.example")
+        serving = byo.get(f"{PROJECT}:serving", {})
+        other = {**byo, f"{PROJECT}:serving": {**serving, "namespace": "team-b"}}
+        names = {
+            run_stack(config, stack=stack).one(self.BUCKET).inputs["bucket"]
+            for stack, config in (("byo.example", byo), ("team-b", other))
+        }
+        assert len(names) == 2 and all(n.startswith("platform-prod-models-") for n in names), names
+
+    @pytest.mark.parametrize(
+        "cluster",
+        ["ray-llm-multinode", "c" * 100, "Team_GPUs--Prod", "sthree-gpus", "9-lives", "a"],
+    )
+    @pytest.mark.parametrize("region", ["us-east-1", "ap-southeast-2", "us-gov-west-1"])
+    def test_every_default_is_a_name_s3_takes(self, cluster: str, region: str):
+        name = default_bucket("a-stack.name_x", cluster, "inference", self.ACCOUNT, region)
+        assert s3_bucket_problem(name) is None and "." not in name, name
+        key = bucket_key("a-stack.name_x", cluster, "inference")
+        assert name.endswith(f"-models-{key}-{self.ACCOUNT}-{region}")
+
+    def test_the_dev_stacks_bucket_is_recorded_with_its_zones(self, dev_stack: StackRun):
+        tags = dev_stack.one("aws:ec2/vpc:Vpc").inputs["tags"]
+        assert tags[TAG_MODEL_BUCKET] == dev_stack.one(self.BUCKET).inputs["bucket"]
+
+    def test_a_deployed_stack_keeps_the_name_its_record_holds(self, dev_stack: StackRun):
+        before = deployed(dev_stack)
+        assert before.vpc_tags is not None
+        kept = replace(before, vpc_tags={**before.vpc_tags, TAG_MODEL_BUCKET: "models-chosen-long-ago"})
+        # Another namespace would give a first up another name; the record wins.
+        run = run_stack(aws=kept, overrides={"serving": {"namespace": "serving"}})
+        assert run.one(self.BUCKET).inputs["bucket"] == "models-chosen-long-ago"
+        assert run.one("aws:ec2/vpc:Vpc").inputs["tags"][TAG_MODEL_BUCKET] == "models-chosen-long-ago"
+
+    def test_a_stack_deployed_before_the_name_was_kept_keeps_the_name_it_was_given(self, dev_stack: StackRun):
+        before = deployed(dev_stack)
+        assert before.vpc_tags is not None
+        older = replace(before, vpc_tags={k: v for k, v in before.vpc_tags.items() if k != TAG_MODEL_BUCKET})
+        run = run_stack(aws=older)
+        legacy = "ray-llm-multinode-models-123456789012-sa-east-1"
+        assert run.one(self.BUCKET).inputs["bucket"] == legacy
+        assert run.one("aws:ec2/vpc:Vpc").inputs["tags"][TAG_MODEL_BUCKET] == legacy  # recorded from now on
+
+    def test_on_a_teams_cluster_the_record_on_the_efa_group_keeps_it(self):
+        first = run_stack(stack="byo.example")
+        after = deployed(first, AwsState.for_stack("byo.example"))
+        assert after.efa_group_tags is not None
+        assert after.efa_group_tags[TAG_MODEL_BUCKET] == first.one(self.BUCKET).inputs["bucket"]
+        kept = replace(after, efa_group_tags={**after.efa_group_tags, TAG_MODEL_BUCKET: "team-models-kept"})
+        assert (
+            run_stack(stack="byo.example", aws=kept).one(self.BUCKET).inputs["bucket"] == "team-models-kept"
+        )
+
+
 class TestTheBucket:
     def test_private_encrypted_and_tls_only(self, dev_stack: StackRun):
         bucket = dev_stack.one("aws:s3/bucket:Bucket")
-        assert bucket.inputs["bucket"] == "ray-llm-multinode-models-123456789012-sa-east-1"
+        assert bucket.inputs["bucket"] == "ray-llm-multinode-models-895680ba-123456789012-sa-east-1"
         assert bucket.inputs["forceDestroy"] is False  # destroy stops at a bucket that is not empty
         block = dev_stack.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
         assert all(
@@ -111,7 +189,7 @@ class TestPodIdentity:
             for p in dev_stack.of_type("aws:iam/rolePolicy:RolePolicy")
             if p.name.startswith("model-cache-")
         }
-        prefix = "arn:aws:s3:::ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main/*"
+        prefix = f"arn:aws:s3:::{BUCKET.removeprefix('s3://')}/*"
         read, write = policies["model-cache-reader"]["Statement"], policies["model-cache-writer"]["Statement"]
         assert read[0] == {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": prefix}
         assert "s3:PutObject" in write[0]["Action"] and write[0]["Resource"] == prefix

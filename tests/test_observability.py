@@ -441,10 +441,11 @@ def test_a_typo_in_a_metric_name_is_caught():
 class TestTheLlmAutoscalingPolicysQueries:
     """jobs/llm_autoscaling.py asks the stack's Prometheus; the dashboard shows what it decided."""
 
+    SCOPE = {"namespace": "inference", "jobs": "inference/ray-head-monitor|inference/ray-workers-monitor"}
     QUERIES = (
-        mean_prompt_tokens_query("ray-llm-a"),
+        mean_prompt_tokens_query("ray-llm-a", **SCOPE),
         mean_prompt_tokens_query(None),
-        kv_cache_query("ray-llm-a", "qwen", "Decode:qwen3_5-9b"),
+        kv_cache_query("ray-llm-a", "qwen", "Decode:qwen3_5-9b", **SCOPE),
         kv_cache_query(None, None, "Decode:qwen3_5-9b"),
     )
 
@@ -454,26 +455,36 @@ class TestTheLlmAutoscalingPolicysQueries:
             assert names and names <= EXPORTED, f"{query}: {sorted(names - EXPORTED)} are not exported"
 
     def test_they_read_their_own_side_and_ray_cluster(self, tmp_path: Path):
-        """promtool evaluates them on series as Ray exports them: a decode and a prefill engine of this
-        Ray cluster, and a decode engine of another (a NewCluster upgrade's)."""
+        """promtool evaluates them on series as Ray exports them and the stack's PodMonitors label them:
+        a decode and a prefill engine of this Ray cluster, a decode engine of another (a NewCluster
+        upgrade's), and one that another team's pod exports with this cluster's label into a shared
+        Prometheus (another namespace, another monitor), which the scoped queries leave out. Prompts
+        of 3000 tokens: vLLM counts each one's tokens and its first token in the same step."""
 
-        def engine(worker: str, cluster: str, deployment: str, kv: float) -> list[dict[str, str]]:
-            where = f'ray_io_cluster="{cluster}", WorkerId="{worker}"'
+        def engine(
+            worker: str, cluster: str, deployment: str, kv: float, namespace: str = "inference"
+        ) -> list[dict[str, str]]:
+            job = f"{namespace}/ray-workers-monitor"
+            where = f'ray_io_cluster="{cluster}", namespace="{namespace}", job="{job}", WorkerId="{worker}"'
             serve = f'{where}, application="qwen", deployment="{deployment}", replica="{worker}", route="/"'
             return [
                 {"series": f"ray_vllm_kv_cache_usage_perc{{{where}}}", "values": f"{kv}x10"},
                 {"series": f"ray_serve_deployment_request_counter_total{{{serve}}}", "values": "1+1x10"},
-                {"series": f"ray_vllm_request_prompt_tokens_sum{{{where}}}", "values": "0+3000x10"},
-                {"series": f"ray_vllm_request_prompt_tokens_count{{{where}}}", "values": "0+1x10"},
+                {"series": f"ray_vllm_prompt_tokens_total{{{where}}}", "values": "3000+3000x10"},
+                {"series": f"ray_vllm_time_to_first_token_seconds_count{{{where}}}", "values": "1+1x10"},
             ]
 
+        forged = engine("x1", "ray-llm-a", "Decode:qwen3_5-9b", 0.25, namespace="team-b")
+        forged[2]["values"] = "13000+13000x10"
         series = [
-            *engine("d1", "ray-llm-a", "Decode:qwen3_5-9b", 0.9),
+            *engine("d1", "ray-llm-a", "Decode:qwen3_5-9b", 0.75),
             *engine("d2", "ray-llm-a", "Decode:qwen3_5-9b", 0.5),
-            *engine("p1", "ray-llm-a", "Prefill:qwen3_5-9b", 0.3),
-            *engine("d3", "ray-llm-b", "Decode:qwen3_5-9b", 0.8),
+            *engine("p1", "ray-llm-a", "Prefill:qwen3_5-9b", 0.125),
+            *engine("d3", "ray-llm-b", "Decode:qwen3_5-9b", 0.5),
+            *forged,
         ]
-        expected = (3000, 3000, 1.4, 2.2)
+        # Unscoped, the forged engine counts: what the policy read before it selected its own pods.
+        expected = (3000, 5000, 1.25, 2.0)
         tests = [
             {"expr": q, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": v}]}
             for q, v in zip(self.QUERIES, expected, strict=True)

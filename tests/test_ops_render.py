@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from config.base import SAFE_LOADER
 from ops.cli import main
-from ops.render import KEY_PLACEHOLDER, RAY_TOKEN_PLACEHOLDER, VOLUME_KEY_PLACEHOLDER
+from ops.render import (
+    GRAFANA_PASSWORD_PLACEHOLDER,
+    HF_TOKEN_PLACEHOLDER,
+    KEY_PLACEHOLDER,
+    RAY_TOKEN_PLACEHOLDER,
+    VOLUME_KEY_PLACEHOLDER,
+)
 from ops.stack import load_stack_config
 from tests.fakes.pulumi import (
     EXISTING_CLUSTER_STACKS,
@@ -20,9 +27,14 @@ from tests.fakes.pulumi import (
     STACK_ROOT,
     STACKS,
     AwsState,
+    Registration,
+    Secret,
+    StackRun,
     minimal_config,
     run_stack,
 )
+
+Key = tuple[str, str | None, str]
 
 ENDPOINT_KINDS = (
     "GatewayClass",
@@ -47,64 +59,107 @@ def test_every_stack_file_is_rendered_and_dev_is_among_them():
     assert "dev" in STACKS
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
-    """On a team's cluster, render takes the VPC's ranges and renders `auto` add-ons as installed: the
-    program is run where the team runs none, so it installs them too."""
+RELEASE = "kubernetes:helm.sh/v3:Release"
+"""A chart's release: no object of its own (its values are in manifests/, its objects the chart's)."""
+SECRET = "kubernetes:core/v1:Secret"
+FIELDS = (
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+    "data",
+    "type",
+    "provisioner",
+    "parameters",
+    "volumeBindingMode",
+    "allowVolumeExpansion",
+    "reclaimPolicy",
+)
+
+
+def rendered_and_applied(
+    stack: str, capsys: pytest.CaptureFixture[str], root: Path = STACK_ROOT
+) -> tuple[dict[Key, dict[str, Any]], dict[Key, Registration], StackRun, str]:
+    """`ops render`'s documents and the program's `kubernetes:*` registrations but Helm releases, each
+    by (kind, namespace, name), for `root`'s stack file. On a team's cluster, render takes the VPC's
+    ranges and renders `auto` add-ons as installed: the program is run where the team runs none, so it
+    installs them too."""
     existing = stack in EXISTING_CLUSTER_STACKS
     aws = AwsState.for_stack(stack).without_team_addons()
     team = aws.team
     assert team is not None
     ranges = [arg for cidr in team.vpc_cidrs for arg in ("--vpc-cidr", cidr)] if existing else []
     code, out, err = render(
-        capsys, "--stack", stack, "--root", str(STACK_ROOT), "--account-id", "123456789012", *ranges
+        capsys, "--stack", stack, "--root", str(root), "--account-id", "123456789012", *ranges
     )  # the mocks' account
-
-    run = run_stack(stack=stack, aws=aws) if existing else run_stack(stack=stack)
-    kinds = (
-        "Namespace",
-        "NetworkPolicy",
-        "ServiceAccount",
-        "ConfigMap",
-        "Job",
-        "RayService",
-        "DaemonSet",
-        *ENDPOINT_KINDS,
-        *OBSERVABILITY_KINDS,
-    )
-    fields = (
-        "apiVersion",
-        "kind",
-        "metadata",
-        "spec",
-        "data",
-        "type",
-        "provisioner",
-        "parameters",
-        "volumeBindingMode",
-        "allowVolumeExpansion",
-        "reclaimPolicy",
-    )
-    program = {
-        (
-            r.inputs["kind"],
-            r.inputs["metadata"].get("namespace"),
-            r.inputs["metadata"]["name"],
-        ): copy.deepcopy({k: r.inputs[k] for k in fields if k in r.inputs})
-        for r in run.registrations
-        if r.custom
-        and r.inputs.get("kind") in kinds
-        and r.name.startswith(("ray-llm-", "endpoint-", "observability-"))
-        and r.name != "observability-grafana-admin"  # a Secret of generated values, which render never shows
-    }
     assert code == 0, err
+    config = None if root == STACK_ROOT else load_stack_config(root, stack)
+    run = run_stack(config, stack=stack, aws=aws) if existing else run_stack(config, stack=stack)
     documents = {
         (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
         for d in yaml.load_all(out, Loader=SAFE_LOADER)
     }
-    keys = documents.pop(("Secret", "inference", "ray-llm-api-keys"))
-    ray_token = documents.pop(("Secret", "inference", "ray-auth-token"))
-    assert ray_token["stringData"] == {"auth_token": RAY_TOKEN_PLACEHOLDER}
+    applied = {
+        (r.inputs["kind"], r.inputs["metadata"].get("namespace"), r.inputs["metadata"]["name"]): r
+        for r in run.registrations
+        if r.custom and r.type.startswith("kubernetes:") and r.type != RELEASE
+    }
+    return documents, applied, run, out
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_render_holds_every_object_the_program_applies(stack, capsys):
+    """By kind, namespace and name: a GitOps diff or the checkov scan of render misses nothing the
+    program applies (once 7 of 58: the KubeRay operator's namespace and policies, the IMDS policies in
+    kube-system, Grafana's admin Secret). Besides them the program registers only the charts' own: Helm
+    releases, and the charts' CRDs, applied from each chart's `crds/` files (a ConfigGroup each)."""
+    documents, applied, run, _ = rendered_and_applied(stack, capsys)
+    assert sorted(documents, key=str) == sorted(applied, key=str)
+    groups = [r for r in run.registrations if r.type.startswith("kubernetes:") and not r.custom]
+    assert {r.type for r in groups} == {"kubernetes:yaml/v2:ConfigGroup"}
+    files = [f for r in groups for f in r.inputs["files"]]
+    assert files and all("/crds/" in f and f.startswith("https://raw.githubusercontent.com/") for f in files)
+
+
+def test_a_hugging_face_token_secret_is_rendered_as_a_placeholder(capsys, tmp_path):
+    config = load_stack_config(ROOT, "dev")
+    _write_stack(tmp_path, "dev", {**config, "ray-llm-eks:huggingFaceToken": "hf_notarealtoken0123456789"})
+    documents, applied, _, out = rendered_and_applied("dev", capsys, tmp_path)
+    key = ("Secret", "inference", "hf-token")
+    assert key in applied and sorted(documents, key=str) == sorted(applied, key=str)
+    assert documents[key]["stringData"] == {"token": HF_TOKEN_PLACEHOLDER}
+    assert "hf_notarealtoken" not in out
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_render_prints_every_object_the_program_creates_as_it_creates_it(stack, capsys):
+    documents, applied, run, out = rendered_and_applied(stack, capsys)
+    existing = stack in EXISTING_CLUSTER_STACKS
+    team = AwsState.for_stack(stack).team
+    assert team is not None
+    program = {
+        key: copy.deepcopy({k: r.inputs[k] for k in FIELDS if k in r.inputs})
+        for key, r in applied.items()
+        if r.type != SECRET
+    }
+    secrets = {key: documents.pop(key) for key in [k for k in documents if k[0] == "Secret"]}
+    # Every Secret: the program's keys, each value a placeholder, none of the program's values.
+    for key, document in secrets.items():
+        given = applied[key].inputs["stringData"]
+        given = given.value if isinstance(given, Secret) else given
+        given = {k: v.value if isinstance(v, Secret) else v for k, v in given.items()}
+        assert set(document["stringData"]) == set(given), key
+        shown = {k for k, v in given.items() if document["stringData"][k] == v}
+        assert shown <= {"admin-user"}, key  # Grafana's user name, the chart's default, is no secret
+        assert not {str(v) for k, v in given.items() if k not in shown} & set(out.split()), key
+    assert secrets[("Secret", "inference", "ray-llm-api-keys")]["stringData"] == dict.fromkeys(
+        run.one(SECRET, "endpoint-api-keys").inputs["stringData"].value, KEY_PLACEHOLDER
+    )
+    assert secrets[("Secret", "inference", "ray-auth-token")]["stringData"] == {
+        "auth_token": RAY_TOKEN_PLACEHOLDER
+    }
+    grafana = secrets[("Secret", "monitoring", "grafana-admin")]["stringData"]
+    assert grafana == {"admin-user": "admin", "admin-password": GRAFANA_PASSWORD_PLACEHOLDER}
     # The EBS key is created by the program; render shows where its ARN goes.
     # On a team's cluster the cluster-scoped names stand apart from the team's (planning/names.py).
     storage = ("StorageClass", None, "ray-llm-eks-inference-gp3" if existing else "gp3")
@@ -119,12 +174,8 @@ def test_render_prints_every_serving_object_the_program_creates(stack, capsys):
             internal[zone] for zone in sorted(internal)
         )
     assert documents == program
-    assert {kind for kind, _, _ in program} == set(kinds)
-    # The keys' Secret: the program's clients, with a placeholder where the program holds the keys.
-    secret = run.one("kubernetes:core/v1:Secret", "endpoint-api-keys").inputs
-    assert set(keys["stringData"]) == set(secret["stringData"].value)
-    assert set(keys["stringData"].values()) == {KEY_PLACEHOLDER}
-    assert not set(secret["stringData"].value.values()) & set(out.split())
+    kinds = {kind for kind, _, _ in program}
+    assert {*ENDPOINT_KINDS, *OBSERVABILITY_KINDS, "RayService", "NetworkPolicy", "Namespace"} <= kinds
 
 
 def test_render_never_prints_a_key_given_in_the_stack_file(tmp_path, capsys):

@@ -78,7 +78,7 @@ class TestSeedFacts:
                 "model_id": "qwen3.5-9b",
                 # the stack's regional S3 copy of Qwen/Qwen3.5-9B (planning/model_cache.py)
                 "model_source": {
-                    "bucket_uri": "s3://ray-llm-multinode-models-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
+                    "bucket_uri": "s3://ray-llm-multinode-models-895680ba-123456789012-sa-east-1/models/Qwen/Qwen3.5-9B/main"
                 },
             }
             assert config["engine_kwargs"] == {

@@ -86,12 +86,14 @@ def gateway() -> Iterator[str]:
 
 
 def fake_pulumi(bin_dir: Path, outputs: dict[str, object]) -> None:
-    """A `pulumi` on PATH that answers `pulumi stack output apiKeys --json --show-secrets`."""
+    """A `pulumi` on PATH that answers `pulumi stack output apiKeys --stack dev --json --show-secrets`:
+    the README names its stack, never the one `make up` last selected."""
     script = bin_dir / "pulumi"
     script.write_text(
         f"#!{sys.executable}\n"
         "import sys\n"
-        "assert sys.argv[1:] == ['stack', 'output', 'apiKeys', '--json', '--show-secrets'], sys.argv\n"
+        "wanted = ['stack', 'output', 'apiKeys', '--stack', 'dev', '--json', '--show-secrets']\n"
+        "assert sys.argv[1:] == wanted, sys.argv\n"
         f"print({json.dumps(outputs['apiKeys'])!r})\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)

@@ -151,6 +151,38 @@ class TestFitAndDashboards:
         unset = plan_stack(load_settings(stack_file_config(STACK)), stack="t")
         assert not any("does nothing" in w for w in unset.warnings)
 
+    def test_an_aggregated_plan_says_nothing_of_a_kv_path_that_does_not_run(self):
+        """ "does nothing" is all it says: no warning of what the keys would do (TCP, extra copies), no
+        refusal of a value that could not work (host buffers for a hybrid model), where the same keys
+        disaggregated do warn or refuse."""
+        from config import ConfigError
+        from planning import plan_stack
+
+        attention_only = {
+            "id": "m",
+            "source": "org/m",
+            "parametersBillions": 8,
+            "kvCacheBytesPerToken": 131072,
+        }
+
+        def plan(mode: str, gpu: str, model: dict[str, Any]) -> Any:
+            config = minimal_config(
+                "us-east-1", model=model, serving={"mode": mode}, gpuNodes={"instanceType": gpu}
+            )
+            return plan_stack(load_settings(config), stack="t")
+
+        ucx = ("g6.8xlarge", {**attention_only, "nixlBackends": ["UCX"]})
+        copies = ("p5.48xlarge", {**attention_only, "kvBufferDevice": "cpu"})
+        hybrid = ("g6.8xlarge", {"kvBufferDevice": "cpu"})  # Qwen3.5's state layers
+        assert any("goes over TCP (UCX)" in w for w in plan("disaggregated", *ucx).warnings)
+        assert any("two extra copies" in w for w in plan("disaggregated", *copies).warnings)
+        with pytest.raises(ConfigError, match="kvBufferDevice cpu"):
+            plan("disaggregated", *hybrid)
+        for gpu, model in (ucx, copies, hybrid):
+            warnings = plan("aggregated", gpu, model).warnings
+            kv_said = [w for w in warnings if "KV" in w or "kvBufferDevice" in w or "nixlBackends" in w]
+            assert kv_said and all("does nothing with" in w for w in kv_said), (gpu, kv_said)
+
     def test_the_dashboard_follows_the_mode_and_says_what_does_not_apply(self):
         dev = load_settings(stack_file_config("dev"))
         pd = pd_dashboard(dev)

@@ -5,6 +5,7 @@ own listings as the API gives them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,8 +18,11 @@ from planning.addons import (
     network_policy_engines,
     other_node_autoscalers,
     self_managed_ebs_csi,
+    tolerates,
 )
+from planning.where import Where
 from tests.fakes.pulumi import stack_settings
+from world.offline import TeamCluster
 
 
 def deployment(namespace: str, name: str, image: str, **labels: str) -> dict[str, Any]:
@@ -195,3 +199,208 @@ def test_ops_lists_the_stacks_own_gpu_nodes_on_a_teams_cluster():
     assert gpu_node_selector(stack_settings("byo.example")) == "ray-llm-eks/inference=gpu"
     assert gpu_node_selector(stack_settings("dev")) == GPU_NODE_SELECTOR == "role=gpu-worker"
     assert gpu_node_selector(None) == "role=gpu-worker"
+
+
+EXPLICIT_ADDONS = {
+    **{
+        k: "install"
+        for k in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "envoyGateway", "dcgmExporter")
+    },
+    "loadBalancerController": "existing",
+    "prometheus": "install",
+    "clusterAutoscaler": "existing",
+}
+"""Every add-on decided in the stack file: what an unreadable cluster leaves the stack to plan with."""
+
+
+def planned_on(team: TeamCluster, **sections: dict[str, Any]) -> Where:
+    """What a preview plans on `team` (world/offline.py TeamCluster): world/reads.py `where_it_serves`
+    against the offline world, no stack run; every add-on decided where its workloads cannot be read."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.offline import OfflineWorld
+    from world.reads import where_it_serves
+
+    if not team.readable:
+        sections = {"addons": EXPLICIT_ADDONS, **sections}
+    settings = stack_settings("byo.example", **sections)
+    plan = plan_stack(settings, stack="byo.example")
+    world = OfflineWorld(region=team.region, team=team)
+    namespaces = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, "ray-llm-eks/byo.example", world, world.caller(), namespaces)
+
+
+def cni_configured(configuration: str | None) -> TeamCluster:
+    """The default team cluster with the VPC CNI add-on's configuration values `configuration`."""
+    given = {"serviceAccountRoleArn": "arn:aws:iam::123456789012:role/cni"}
+    if configuration is not None:
+        given["configurationValues"] = configuration
+    return replace(TeamCluster(), addons={**TeamCluster().addons, "vpc-cni": given})
+
+
+class TestEnforcementWhereTheWorkloadsCannotBeRead:
+    """Issue 53 (1): no access entry yet, the API refused. No Calico or aws-node argument can be seen, so
+    the VPC CNI add-on's own configuration decides; an unenforced cluster is refused all the same, or
+    every team pod reaches Ray Serve on :8000 without an API key."""
+
+    def test_an_add_on_that_enforces_nothing_is_refused(self):
+        unreadable = replace(cni_configured(None), readable=False)
+        with pytest.raises(ConfigError) as raised:
+            planned_on(unreadable)
+        assert "cluster platform-prod enforces no NetworkPolicy" in str(raised.value)
+        accepted = planned_on(unreadable, cluster={"acceptUnenforcedNetworkPolicies": True})
+        assert any("acceptUnenforcedNetworkPolicies: accepted" in w for w in accepted.warnings)
+
+    def test_an_add_on_that_enforces_serves(self):
+        unreadable = replace(cni_configured('{"enableNetworkPolicy": "true"}'), readable=False)
+        where = planned_on(unreadable)
+        assert not any("NetworkPolicy" in w for w in where.warnings)
+
+
+class TestTheVpcCniConfiguration:
+    """Issue 53 (2): only "true" (in any case) turns the add-on's network policy agent on; "false", a
+    JSON false, an empty or unparsable configuration all read as off, and the cluster is refused."""
+
+    @pytest.mark.parametrize(
+        "configuration",
+        [
+            '{"enableNetworkPolicy": "false"}',
+            '{"enableNetworkPolicy": "False"}',
+            '{"enableNetworkPolicy": false}',
+            '{"enableNetworkPolicy": ""}',
+            '{"env": {"ENABLE_PREFIX_DELEGATION": "true"}}',
+            "",
+            "not json",
+            None,
+        ],
+    )
+    def test_anything_but_true_is_off_and_refused(self, configuration):
+        team = cni_configured(configuration)
+        assert not team.description().enforces_network_policies
+        with pytest.raises(ConfigError, match="cluster platform-prod enforces no NetworkPolicy"):
+            planned_on(team)
+
+    @pytest.mark.parametrize(
+        "configuration", ['{"enableNetworkPolicy": "true"}', '{"enableNetworkPolicy": "TRUE"}']
+    )
+    def test_true_is_on(self, configuration):
+        team = cni_configured(configuration)
+        assert team.description().enforces_network_policies
+        planned_on(team)
+
+
+GPU_TAINT = {"key": "ray-llm-eks/inference", "value": "gpu", "effect": "NoSchedule"}
+
+
+class TestWhichTolerationLetsATeamsPluginOnTheGpuNodes:
+    """Issue 53's sweep: planning/addons.py `tolerates`, which decides whether a team's device plugin
+    would run on the stack's GPU nodes (if not, the stack refuses it: the GPUs or EFA devices would never
+    be advertised and no worker would schedule). The scheduler's rules, each shape of toleration."""
+
+    @pytest.mark.parametrize(
+        "toleration",
+        [
+            {"operator": "Exists"},
+            {"key": "ray-llm-eks/inference", "operator": "Exists"},
+            {"key": "ray-llm-eks/inference", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "ray-llm-eks/inference", "operator": "Equal", "value": "gpu"},
+            {"key": "ray-llm-eks/inference", "value": "gpu"},  # Equal is the default operator
+        ],
+    )
+    def test_these_tolerate_it(self, toleration):
+        assert tolerates([toleration], GPU_TAINT)
+
+    @pytest.mark.parametrize(
+        "toleration",
+        [
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"operator": "Equal", "value": "gpu"},  # an empty key needs Exists
+            {"key": "ray-llm-eks/inference", "operator": "Exists", "effect": "NoExecute"},
+            {"operator": "Exists", "effect": "PreferNoSchedule"},
+            {"key": "ray-llm-eks/inference", "operator": "Equal", "value": "system"},
+            {"key": "ray-llm-eks/inference"},  # Equal to the empty value
+        ],
+    )
+    def test_these_do_not(self, toleration):
+        assert not tolerates([toleration], GPU_TAINT)
+        assert tolerates([toleration, {"operator": "Exists"}], GPU_TAINT)  # any one toleration is enough
+
+
+class TestOtherEnginesAndAutoscalersUnderOtherNames:
+    """Issue 53's sweep: what finds Karpenter and a NetworkPolicy engine where name or image do not say."""
+
+    def test_karpenter_from_a_mirrored_image_by_its_label(self):
+        mirrored = deployment(
+            "kube-system",
+            "node-provisioner",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/mirror/controller:1.14.1",
+            **{"app.kubernetes.io/name": "karpenter"},
+        )
+        assert other_node_autoscalers(inventory([mirrored])) == [
+            "Karpenter (Deployment kube-system/node-provisioner)"
+        ]
+
+    @pytest.mark.parametrize("app", ["calico-node", "cilium"])
+    def test_calico_and_cilium_by_their_k8s_app_label(self, app):
+        renamed = daemonset("kube-system", "cni-agent", {"name": "agent", "image": "x"}, **{"k8s-app": app})
+        assert network_policy_engines(inventory([], [AWS_NODE_OFF, renamed]), False) == [
+            "cni-agent (DaemonSet kube-system/cni-agent)"
+        ]
+        assert network_policy_engines(inventory([renamed]), False) == []  # a DaemonSet, not a Deployment
+
+
+class TestTheTeamsEnvoyGatewayClass:
+    """Issue 53's sweep: on a cluster running Envoy Gateway, the stack's Gateway takes a GatewayClass of
+    Envoy Gateway's controller that the controller accepted, never another controller's or one not
+    accepted (its Gateway would never be programmed, and the endpoint never answer)."""
+
+    @staticmethod
+    def planned(*classes: dict[str, Any]) -> Any:
+        from planning.addons import plan_addons
+        from tests.fakes.existing import TEAM_WITH_GATEWAY
+
+        team = replace(TEAM_WITH_GATEWAY, gateway_classes=classes)
+        return plan_addons(stack_settings("byo.example"), team.inventory())
+
+    @staticmethod
+    def gateway_class(name: str, controller: str, accepted: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {"controllerName": controller},
+            "status": {"conditions": [{"type": "Accepted", "status": accepted}]},
+        }
+
+    ENVOY = "gateway.envoyproxy.io/gatewayclass-controller"
+
+    def test_an_accepted_class_of_envoy_gateway_is_used_whatever_else_is_there(self):
+        plan = self.planned(
+            self.gateway_class("a-istio", "istio.io/gateway-controller", "True"),
+            self.gateway_class("b-pending", self.ENVOY, "False"),
+            self.gateway_class("c-eg", self.ENVOY, "True"),
+        )
+        assert plan.gateway is not None and plan.gateway.class_name == "c-eg"
+
+    @pytest.mark.parametrize(
+        ("controller", "accepted"),
+        [("istio.io/gateway-controller", "True"), (ENVOY, "False"), (ENVOY, "Unknown")],
+    )
+    def test_no_usable_class_is_refused(self, controller, accepted):
+        with pytest.raises(ConfigError, match="has accepted no GatewayClass of controller"):
+            self.planned(self.gateway_class("eg", controller, accepted))
+
+
+def test_a_teams_kuberay_whose_image_names_no_version_is_warned():
+    """Issue 53's sweep: a KubeRay operator by digest or `latest` may be older than the RayService's
+    fields need; the preview says so rather than nothing (an older one by version is refused)."""
+    from planning.addons import plan_addons
+    from world.offline import workload
+
+    for image in ("quay.io/kuberay/operator:latest", "quay.io/kuberay/operator@sha256:" + "0" * 64):
+        operator = workload("Deployment", "ray-system", "kuberay-operator", "kuberay-operator", image)
+        team = replace(TeamCluster(), deployments=(*TeamCluster().deployments, operator))
+        plan = plan_addons(stack_settings("byo.example"), team.inventory())
+        assert any(
+            "addons.kuberay: the cluster's operator (Deployment ray-system/kuberay-operator) names no "
+            "version in its image" in w
+            for w in plan.warnings
+        ), plan.warnings

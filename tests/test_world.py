@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import pytest
 from config import ConfigError
 from planning.zones import TAG_STACK
 from tests.fakes.capacity import BLOCK_ID, GROUP_ARN, NOW, ODCR_ID, block, reservation
-from tests.fakes.existing import TEAM_WITH_GATEWAY, TeamCluster
+from tests.fakes.existing import DEFAULT_SUBNETS, TEAM_WITH_GATEWAY, TeamCluster, wire
 from tests.fakes.pulumi import DEFAULT_OFFERINGS, AwsState, StackMocks, run_stack, stack_file_config
 from world.aws import AwsWorld
 from world.identity import AssumedRole, Identity, provider_identity
@@ -398,3 +398,169 @@ class TestTheTeamsApi:
             TeamCluster().description()
         )
         assert read == "`aws eks get-token` failed: Unable to locate credentials"
+
+
+@dataclass(frozen=True)
+class DefaultVpcTeam(TeamCluster):
+    """A team cluster in a default-VPC layout: the VPC's main route table sends 0.0.0.0/0 to an internet
+    gateway and no subnet has a table of its own, except `nat_subnets`, explicitly associated with a NAT
+    table. The default fixture's layout (a NAT main table, public subnets associated explicitly) gives
+    the same answer whether or not the main table is consulted; this one does not."""
+
+    nat_subnets: tuple[str, ...] = ()
+
+    def route_tables(self) -> dict[str, dict[str, Any]]:
+        from pulumi_aws.ec2 import outputs
+
+        def route(**given: Any) -> dict[str, Any]:
+            return wire(outputs.GetRouteTableRouteResult, cidrBlock="0.0.0.0/0", **given)
+
+        def association(**given: Any) -> dict[str, Any]:
+            return wire(outputs.GetRouteTableAssociationResult, **given)
+
+        return {
+            "rtb-nat": {
+                "id": "rtb-nat",
+                "routeTableId": "rtb-nat",
+                "routes": [route(natGatewayId="nat-0123456789abcdef0")],
+                "associations": [association(subnetId=s, routeTableId="rtb-nat") for s in self.nat_subnets],
+            },
+            "rtb-main": {
+                "id": "rtb-main",
+                "routeTableId": "rtb-main",
+                "routes": [route(gatewayId="igw-0123456789abcdef0")],
+                "associations": [association(main=True, routeTableId="rtb-main")],
+            },
+        }
+
+
+class TestASubnetWithoutATableOfItsOwn:
+    """Issue 53 (3): a subnet with no explicit route-table association is judged by the VPC's main table
+    (DescribeRouteTables' subnet filter matches explicit associations only)."""
+
+    PRIVATE = "subnet-0aa0000000000000a"
+
+    @pytest.fixture
+    def read(self):
+        def read(team: DefaultVpcTeam) -> dict[str, bool]:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            pulumi.runtime.settings.ROOT.set(None)
+            mocks = StackMocks(DEFAULT_OFFERINGS, AwsState(team=team), "us-east-1", any_region=True)
+            pulumi.runtime.set_mocks(mocks, project="ray-llm-eks", stack="dev", preview=False)
+            cluster = AwsWorld(Identity(region="us-east-1"), Path(".")).existing_cluster(team.name)
+            assert cluster == AwsState(team=team).world("us-east-1").existing_cluster(team.name)
+            return {s.id: s.private for s in cluster.subnets}
+
+        yield read
+        pulumi.runtime.settings.ROOT.set(None)
+
+    def test_a_main_table_to_an_internet_gateway_makes_every_unassociated_subnet_public(self, read):
+        public = tuple(replace(s, public=True) for s in TeamCluster().subnets)
+        assert read(DefaultVpcTeam(subnets=public)) == {s.id: False for s in public}
+
+    def test_an_explicit_nat_table_wins_over_a_public_main_table(self, read):
+        layout = tuple(replace(s, public=s.id != self.PRIVATE) for s in TeamCluster().subnets)
+        private = read(DefaultVpcTeam(subnets=layout, nat_subnets=(self.PRIVATE,)))
+        assert private == {s.id: s.id == self.PRIVATE for s in layout}
+
+
+@pytest.mark.parametrize(
+    ("roles", "said"),
+    [
+        ([{"sessionName": "ci"}], r"aws:assumeRoles\[0\]\.roleArn: not set"),
+        ([{"roleArn": ""}], r"aws:assumeRoles\[0\]\.roleArn: not set"),
+        (["arn:aws:iam::123456789012:role/deployer"], "aws:assumeRoles: must be a list of objects"),
+        (
+            {"roleArn": "arn:aws:iam::123456789012:role/deployer"},
+            "aws:assumeRoles: must be a list of objects",
+        ),
+    ],
+)
+def test_an_assumed_role_the_cli_could_not_assume_is_refused_in_every_shape(roles, said):
+    """Issue 53's sweep: `aws:assumeRoles` without a role, or not as pulumi-aws reads it (a list of
+    objects, here also as the JSON string a stack file may hold), is refused naming the key; the reads
+    through the AWS CLI would otherwise ask as someone other than the provider."""
+    for given in (roles, json.dumps(roles)):
+        with pytest.raises(ConfigError, match=said):
+            provider_identity({"aws:assumeRoles": given}, "us-east-1", team_cluster=False)
+
+
+@dataclass(frozen=True)
+class ConnectedVpcTeam(TeamCluster):
+    """The default team cluster in a VPC connected to the rest of the company, as most are: its private
+    subnets' table also routes 10.0.0.0/8 to a virtual private gateway (VPN, Direct Connect) and
+    172.16.0.0/12 to a transit gateway; and a range once associated with the VPC, now disassociated."""
+
+    def route_tables(self) -> dict[str, dict[str, Any]]:
+        from pulumi_aws.ec2 import outputs
+
+        tables = super().route_tables()
+        tables["rtb-main"]["routes"] += [
+            wire(outputs.GetRouteTableRouteResult, cidrBlock="10.0.0.0/8", gatewayId="vgw-0123456789abcdef0"),
+            wire(
+                outputs.GetRouteTableRouteResult,
+                cidrBlock="172.16.0.0/12",
+                transitGatewayId="tgw-0123456789abcdef0",
+            ),
+        ]
+        return tables
+
+    def vpc(self) -> dict[str, Any]:
+        from pulumi_aws.ec2 import outputs
+
+        answer = super().vpc()
+        answer["cidrBlockAssociations"].append(
+            wire(
+                outputs.GetVpcCidrBlockAssociationResult,
+                associationId="vpc-cidr-assoc-old",
+                cidrBlock="10.99.0.0/16",
+                state="disassociated",
+            )
+        )
+        return answer
+
+
+class TestATeamsVpcAsEc2DescribesIt:
+    """Issue 53's sweep: what world/aws.py reads of a team's VPC and add-ons, on answers the default
+    fixture does not give (and the offline world agreeing)."""
+
+    @pytest.fixture
+    def described(self):
+        def described(team: TeamCluster) -> Any:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            pulumi.runtime.settings.ROOT.set(None)
+            mocks = StackMocks(DEFAULT_OFFERINGS, AwsState(team=team), "us-east-1", any_region=True)
+            pulumi.runtime.set_mocks(mocks, project="ray-llm-eks", stack="dev", preview=False)
+            cluster = AwsWorld(Identity(region="us-east-1"), Path(".")).existing_cluster(team.name)
+            assert cluster == AwsState(team=team).world("us-east-1").existing_cluster(team.name)
+            return cluster
+
+        yield described
+        pulumi.runtime.settings.ROOT.set(None)
+
+    def test_a_vpn_or_transit_gateway_route_leaves_a_subnet_private(self, described):
+        """Only an internet gateway (igw-) makes a subnet public; a VPC with VPN and transit routes on
+        its private subnets' table would otherwise have none private, and be refused."""
+        cluster = described(ConnectedVpcTeam())
+        assert {s.id: s.private for s in cluster.subnets} == {s.id: not s.public for s in DEFAULT_SUBNETS}
+
+    def test_a_disassociated_range_is_not_the_vpcs(self, described):
+        """The VPC's ranges are what the NLB and the NetworkPolicies admit: not one it gave up."""
+        assert described(ConnectedVpcTeam()).vpc_cidrs == ("10.20.0.0/16", "100.64.0.0/16")
+
+    def test_a_vpc_cni_with_a_pod_identity_association_has_a_role_of_its_own(self, described):
+        """Then the stack's node role needs no AmazonEKS_CNI_Policy (least privilege)."""
+        from pulumi_aws.eks import outputs
+
+        association = wire(
+            outputs.GetAddonPodIdentityAssociationResult,
+            roleArn="arn:aws:iam::123456789012:role/cni",
+            serviceAccount="aws-node",
+        )
+        cni = {
+            "configurationValues": '{"enableNetworkPolicy": "true"}',
+            "podIdentityAssociations": [association],
+        }
+        team = replace(TeamCluster(), addons={**TeamCluster().addons, "vpc-cni": cni})
+        cluster = described(team)
+        assert "vpc-cni" in cluster.addon_roles and not cluster.cni_uses_node_role

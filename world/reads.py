@@ -19,6 +19,7 @@ from planning import Plan
 from planning.addons import Inventory
 from planning.catalog import Ec2InstanceType
 from planning.existing_cluster import ClusterDescription
+from planning.model_cache import default_bucket, kept_bucket, legacy_bucket
 from planning.reservation import KEY as RESERVATION_KEY
 from planning.reservation import Reservation
 from planning.where import Where, own_cluster, team_cluster
@@ -173,18 +174,43 @@ def where_it_serves(
     `own_namespaces`: where the stack's own add-ons run (manifests/addons.py)."""
     offered = world.zones_offering(settings.gpu_nodes.instance_type)
     name = settings.cluster.existing_cluster_name
+    stack = stack_id.removeprefix(f"{PROJECT}/")
+
+    def model_bucket(record: StackRecord | None) -> str:
+        fresh = default_bucket(
+            stack, plan.cluster_name, settings.serving.namespace, caller.account_id, settings.region
+        )
+        legacy = legacy_bucket(plan.cluster_name, caller.account_id, settings.region)
+        return kept_bucket(record.model_bucket if record else None, record is not None, fresh, legacy)
+
     if name:
         cluster = existing_cluster(world, name)
-        principals = (*settings.cluster.admin_principal_arns, *settings.cluster.viewer_principal_arns)
+        listed = settings.cluster
+        # Every list planning/access.py gives an entry: EKS refuses a second one for a principal.
+        principals = (
+            *listed.admin_principal_arns,
+            *listed.viewer_principal_arns,
+            *listed.refresh_principal_arns,
+        )
+        record = world.existing_record(stack_id)
         return team_cluster(
             settings,
             cluster=cluster,
-            record=world.existing_record(stack_id),
+            record=record,
             offered=offered,
             inventory=world.inventory(cluster),
             own_namespaces=own_namespaces,
             team_entries=world.access_entries(cluster.name, principals, stack_id),
+            model_bucket=model_bucket(record),
         )
     record = world.stack_record(stack_id)
     creator = cluster_creator(world, record, plan.cluster_name, caller.arn)
-    return own_cluster(settings, plan, stack_id, record=record, offered=offered, creator=creator)
+    return own_cluster(
+        settings,
+        plan,
+        stack_id,
+        record=record,
+        offered=offered,
+        creator=creator,
+        model_bucket=model_bucket(record),
+    )

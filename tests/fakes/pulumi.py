@@ -50,19 +50,35 @@ STACK_ROOT = Path(os.environ.get(STACK_ROOT_ENV) or ROOT)
 
 
 def _stack_files() -> list[str]:
-    """The stack files of the commit (a stack file someone leaves beside it is not the suite's): git's
-    list where there is a checkout, else every file."""
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", "Pulumi.*.yaml"], cwd=STACK_ROOT, capture_output=True, text=True, check=True
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        listed = [p.name for p in STACK_ROOT.glob("Pulumi.*.yaml")]
-    return sorted(name.removeprefix("Pulumi.").removesuffix(".yaml") for name in listed)
+    """Every stack file in the directory, committed or not: a stack file made with `pulumi stack init`
+    and `pulumi config set` is tested before it is committed, each against the world `ops plan` mocks
+    for it (`AwsState.for_config`), so nothing of it needs an account. A fresh clone holds only the
+    committed ones."""
+    return sorted(
+        p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_ROOT.glob("Pulumi.*.yaml")
+    )
 
 
 STACK_FILES = _stack_files()
-"""Every stack file's stack name, as committed: tests parametrize over these, never a hand-kept list."""
+"""Every stack file's stack name: tests parametrize over these, never a hand-kept list."""
+
+
+def committed_stack_files() -> list[str]:
+    """The stack files of the commit, git's list (every file where there is no checkout): what the
+    repository's own CI deploys and its docs name (tests/test_workflows.py), as against STACK_FILES,
+    which holds a stack file you have not committed too."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--", "Pulumi.*.yaml"],
+            cwd=STACK_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return list(STACK_FILES)
+    tracked = {name.removeprefix("Pulumi.").removesuffix(".yaml") for name in listed}
+    return [stack for stack in STACK_FILES if stack in tracked]
 
 
 def _config_problem(stack: str) -> str | None:
@@ -390,7 +406,8 @@ def _stored(key: str) -> Path | None:
     return Path(directory) / f"{hashlib.sha256((_DIGEST + key).encode()).hexdigest()}.pickle"
 
 
-def _committed_stacks() -> dict[str, dict[str, Any]]:
+def _stacks_beside() -> dict[str, dict[str, Any]]:
+    """Every stack file's config, as the program reads the files beside its own (world.stack_files)."""
     return {stack: stack_file_config(stack) for stack in STACK_FILES}
 
 
@@ -436,7 +453,7 @@ def run_stack(
         region,
         any_region=offerings is None,
     )
-    world = state.world(region, offerings, _committed_stacks())
+    world = state.world(region, offerings, _stacks_beside())
     try:
         # Each run asks the (mocked) Price List API afresh, unless a test hands it a cache.
         run = LAST_RUN = run_offline(
