@@ -150,8 +150,10 @@ class ServingConfig(StrictModel):
     request_router: RequestRouter = Field(
         "prefix",
         description="How Serve picks a replica of each side. `prefix`: Ray Serve LLM's "
-        "PrefixCacheAffinityRouter (`prefixRouter`) on every side that may run more than one replica; a "
-        "side of one replica keeps Serve's default. `power-of-two`: Serve's default everywhere. "
+        "PrefixCacheAffinityRouter (`prefixRouter`) on every side that may run more than one replica, "
+        "where the engine keeps a prefix cache (vLLM 0.26: not for a hybrid model such as the default "
+        "unless `model.extraEngineKwargs.enable_prefix_caching` is true; the preview says so); other "
+        "sides keep Serve's default. `power-of-two`: Serve's default everywhere. "
         '`kv-aware` (Ray\'s alpha KVAwareRouter) is refused: see docs/design.md, "Routing".',
     )
     prefix_router: PrefixRouterConfig = Field(default_factory=PrefixRouterConfig)  # type: ignore[arg-type]

@@ -53,7 +53,7 @@ from manifests.observability import head_dashboard_env, head_metrics_ports, pod_
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
-from manifests.serve_app import LLM_POLICY, build_serve_config
+from manifests.serve_app import LLM_POLICY, PREFIX_ROUTER, ServeConfig, build_serve_config, routes_by_prefix
 from planning import Plan
 from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
@@ -218,8 +218,36 @@ def policy_scope(settings: Settings, plan: Plan) -> dict[str, str]:
     return {"namespace": settings.serving.namespace, "jobs": "|".join(jobs)}
 
 
+def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
+    serving = settings.serving
+    return build_serve_config(
+        settings.model,
+        serving.application_name,
+        plan.kv_path,
+        plan.model_cache.uri if plan.model_cache else None,
+        settings.autoscaling,
+        serving,
+        mode=serving.mode,
+        policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
+    )
+
+
+def prefix_router_shipped(settings: Settings, plan: Plan) -> bool:
+    """Whether a side routes through jobs/prefix_routing.py: like the policy, Ray imports it where it
+    builds the app, so the head mounts the plugins too (only then)."""
+    return routes_by_prefix(serve_config_of(settings, plan))
+
+
+def head_plugins(settings: Settings, plan: Plan) -> bool:
+    return llm_policy_shipped(settings, plan) or prefix_router_shipped(settings, plan)
+
+
 def plugin_files(settings: Settings, plan: Plan) -> dict[str, str]:
-    modules = ["ray_node_cache", *([LLM_POLICY.split(":")[0]] if llm_policy_shipped(settings, plan) else [])]
+    modules = [
+        "ray_node_cache",
+        *([LLM_POLICY.split(":")[0]] if llm_policy_shipped(settings, plan) else []),
+        *([PREFIX_ROUTER.split(":")[0]] if prefix_router_shipped(settings, plan) else []),
+    ]
     return {f"{m}.py": (JOBS / f"{m}.py").read_text() for m in modules}
 
 
@@ -277,23 +305,13 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     serving, model = settings.serving, settings.model
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
     image = plan.image
-    cache = plan.model_cache
-    serve_config = build_serve_config(
-        model,
-        serving.application_name,
-        plan.kv_path,
-        cache.uri if cache else None,
-        settings.autoscaling,
-        serving,
-        mode=serving.mode,
-        policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
-    )
+    serve_config = serve_config_of(settings, plan)
     gpu = plan.gpu
     worker_size = plan.worker
     tp = model.tensor_parallel_size
     head = serving.head
     where = placement(settings)
-    head_plugins = llm_policy_shipped(settings, plan)
+    plugins_on_head = head_plugins(settings, plan)
 
     head_pod = PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
@@ -315,10 +333,10 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                             head_dashboard_env(plan.cluster) if settings.observability.enabled else {}
                         ).items()
                     ),
-                    *([EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH)] if head_plugins else []),
+                    *([EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH)] if plugins_on_head else []),
                 ],
                 volume_mounts=[VolumeMount(name="plugins", mount_path=RAY_PLUGINS_PATH)]
-                if head_plugins
+                if plugins_on_head
                 else None,
                 resources=ResourceRequirements(
                     requests={"cpu": head.cpu_request, "memory": head.memory_request},
@@ -332,7 +350,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
             )
         ],
         volumes=[Volume(name="plugins", config_map=ConfigMapVolumeSource(name=RAY_PLUGINS))]
-        if head_plugins
+        if plugins_on_head
         else None,
         # Only KubeRay's autoscaler (a sidecar here) talks to the Kubernetes API.
         automount_service_account_token=plan.ray_autoscaling,

@@ -27,7 +27,7 @@ from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
 from config.serving import ModelConfig, ServingConfig
-from planning.kv_path import KvPath, hybrid_layers
+from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 VLLM_KV_LEASE_SECONDS = 30
@@ -110,11 +110,14 @@ class AutoscalingConfig(ServeModel):
         return self
 
 
-PREFIX_ROUTER = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+PREFIX_ROUTER = "prefix_routing:ResilientPrefixRouter"
+"""jobs/prefix_routing.py, on the Ray pods' PYTHONPATH: Ray Serve LLM's PrefixCacheAffinityRouter with its
+prefix tree on the head node, routing by power of two while the tree is lost (docs/design.md, "Routing")."""
 
 
 class PrefixRouterKwargs(ServeModel):
-    """PrefixCacheAffinityRouter.initialize_state's arguments (prefix_aware_router.py)."""
+    """PrefixCacheAffinityRouter.initialize_state's arguments (prefix_aware_router.py), which
+    ResilientPrefixRouter takes as they are."""
 
     imbalanced_threshold: float | None = Field(None, gt=0)
     match_rate_threshold: float = Field(ge=0, le=1)
@@ -127,7 +130,7 @@ class PrefixRouterKwargs(ServeModel):
 class RequestRouterConfig(ServeModel):
     """ray.serve.config.RequestRouterConfig: the router every handle to this deployment uses."""
 
-    request_router_class: Literal["ray.serve.llm.request_router.PrefixCacheAffinityRouter"] = PREFIX_ROUTER
+    request_router_class: Literal["prefix_routing:ResilientPrefixRouter"] = PREFIX_ROUTER
     request_router_kwargs: PrefixRouterKwargs
 
 
@@ -277,15 +280,34 @@ def _deployment(
     )
 
 
-def routed(deployment: DeploymentConfig, serving: ServingConfig | None) -> DeploymentConfig:
-    """The side with Ray Serve LLM's prefix-affinity router where it can choose: with one replica
-    there is nothing to choose, and the router would only add its prefix-tree actor and two actor
-    calls to every request (docs/design.md, "Routing"), so that side keeps Serve's default."""
+def prefix_routed(deployment: DeploymentConfig, serving: ServingConfig | None, model: ModelConfig) -> bool:
+    """Whether the side gets Ray Serve LLM's prefix-affinity router: `serving.requestRouter: prefix`,
+    a choice of replicas (with one there is nothing to choose, and the router would only add its
+    prefix-tree actor and its actor calls to every request), and an engine that keeps a prefix cache
+    (without one the replica holding a prefix computes it again like any other). docs/design.md,
+    "Routing"."""
     scaling = deployment.autoscaling_config
     most = scaling.max_replicas if scaling else deployment.num_replicas or 1
-    if serving is None or serving.request_router != "prefix" or most < 2:
+    return serving is not None and serving.request_router == "prefix" and most >= 2 and prefix_cache(model)
+
+
+def routed(
+    deployment: DeploymentConfig, serving: ServingConfig | None, model: ModelConfig
+) -> DeploymentConfig:
+    """The side with the prefix-affinity router where `prefix_routed`, else Serve's default."""
+    if serving is None or not prefix_routed(deployment, serving, model):
         return deployment
     return deployment.model_copy(update={"request_router_config": prefix_router(serving.prefix_router)})
+
+
+def routes_by_prefix(config: ServeConfig) -> bool:
+    """Whether any side of the config routes through jobs/prefix_routing.py (shipped to the Ray pods)."""
+    for app in config.applications:
+        args = app.args
+        sides = [args.prefill_config, args.decode_config] if isinstance(args, PDArgs) else args.llm_configs
+        if any(side.deployment_config.request_router_config for side in sides):
+            return True
+    return False
 
 
 def prefix_router(settings: PrefixRouterConfig) -> RequestRouterConfig:
@@ -357,14 +379,14 @@ def _pd_application(
                 model,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving),
+                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
                 kv_path,
             ),
             decode_config=_side(
                 model,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving),
+                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
                 kv_path,
             ),
         ),
@@ -396,7 +418,13 @@ def _aggregated_application(
         import_path=AGGREGATED_IMPORT_PATH,
         args=AggregatedArgs(
             llm_configs=[
-                _side(model, source, "", routed(_deployment(replicas, side, scaling, scope), serving), None)
+                _side(
+                    model,
+                    source,
+                    "",
+                    routed(_deployment(replicas, side, scaling, scope), serving, model),
+                    None,
+                )
             ]
         ),
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from config import Settings
 from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
-from manifests.pd_dashboard import STATUS_QUERIES, status_queries
+from manifests.pd_dashboard import NIXL_BYTES_BAND, STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
@@ -180,7 +180,12 @@ def _seconds(value: float | None) -> str:
 
 
 def _rate(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value / 1e9:.2f} GB/s"
+    """Ray's midpoint-rebuilt byte rate as the band the true rate lies in (manifests/pd_dashboard.py
+    NIXL_BYTES_BAND)."""
+    if value is None or value != value:
+        return "-"
+    low, high = NIXL_BYTES_BAND
+    return f"{low * value / 1e9:.2f}-{high * value / 1e9:.2f} GB/s"
 
 
 def _count(value: float | None) -> str:

@@ -253,6 +253,18 @@ def hybrid_layers(model: ModelConfig) -> bool:
     return bool(known and known.hybrid_layers)
 
 
+def prefix_cache(model: ModelConfig) -> bool:
+    """Whether vLLM 0.26 keeps a prefix cache for the model: `enable_prefix_caching` where
+    model.extraEngineKwargs sets it, else vLLM's default, which is on for an attention-only model and off
+    for a hybrid one ("keep it opt-in for now while the feature matures", vllm/engine/arg_utils.py:2518-2522,
+    2552-2553). So the default Qwen3.5 keeps none unless the stack file opts in (docs/design.md,
+    "Routing")."""
+    explicit = model.extra_engine_kwargs.get("enable_prefix_caching")
+    if explicit is not None:
+        return bool(explicit)
+    return not hybrid_layers(model)
+
+
 def plan_kv_path(model: ModelConfig, gpu: InstanceType) -> tuple[KvPath, list[str]]:
     """The path, and the warnings a preview prints; ConfigError for a combination that cannot work."""
     hybrid = hybrid_layers(model)

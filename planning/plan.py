@@ -36,7 +36,15 @@ from planning.capacity import (
 from planning.catalog import Ec2InstanceType, InstanceType, known_types, resolve
 from planning.context import ClusterContext, own_cluster
 from planning.exposure import exposure_warnings
-from planning.kv_path import Crossing, KvPath, TransferFloor, crossing, plan_kv_path, transfer_floor
+from planning.kv_path import (
+    Crossing,
+    KvPath,
+    TransferFloor,
+    crossing,
+    plan_kv_path,
+    prefix_cache,
+    transfer_floor,
+)
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
@@ -197,24 +205,38 @@ def _kv_keys_unused(settings: Settings) -> list[str]:
 
 
 def _prefix_router_without_cache(settings: Settings) -> list[str]:
-    """Prefix-affinity routing (serving.requestRouter: prefix) on a side that may run more than one
-    replica, where the engine keeps no prefix cache: the router's tree and actor calls buy nothing."""
+    """`serving.requestRouter: prefix` where a side may run more than one replica but the engine keeps
+    no prefix cache: those sides keep Serve's power-of-two choice (manifests/serve_app.py
+    `prefix_routed`), and the preview says why. vLLM 0.26 keeps none when extraEngineKwargs turns it off,
+    and by default none for a hybrid model (planning/kv_path.py `prefix_cache`)."""
     model, scaling = settings.model, settings.autoscaling
-    if (
-        settings.serving.request_router != "prefix"
-        or model.extra_engine_kwargs.get("enable_prefix_caching") is not False
-    ):
+    if settings.serving.request_router != "prefix" or prefix_cache(model):
         return []
     prefill = scaling.prefill.max_replicas or model.prefill_replicas
     decode = scaling.decode.max_replicas or model.decode_replicas
-    routed = prefill + decode >= 2 if settings.serving.mode == "aggregated" else max(prefill, decode) >= 2
-    if not routed:
+    if settings.serving.mode == "aggregated":
+        sides = ["the aggregated deployment"] if prefill + decode >= 2 else []
+    else:
+        sides = [side for side, most in (("prefill", prefill), ("decode", decode)) if most >= 2]
+    if not sides:
         return []
+    where = " and ".join(sides)
+    if model.extra_engine_kwargs.get("enable_prefix_caching") is False:
+        why = f"{PROJECT}:model.extraEngineKwargs.enable_prefix_caching is false, so no replica keeps one"
+        fix = "turn prefix caching on for prefix routing"
+    else:
+        why = (
+            f"{model.id} is a hybrid model ({PROJECT}:model.hybridLayers), for which vLLM 0.26 keeps no "
+            "prefix cache unless asked (it calls caching its state layers experimental, and tests that "
+            "with NIXL only for models that keep every state, which Qwen3.5's Gated DeltaNet does not)"
+        )
+        fix = (
+            f"to opt in, set {PROJECT}:model.extraEngineKwargs.enable_prefix_caching: true "
+            '(docs/design.md, "Routing")'
+        )
     return [
         f"{PROJECT}:serving.requestRouter prefix sends a prompt to the replica that holds its prefix, but "
-        f"{PROJECT}:model.extraEngineKwargs.enable_prefix_caching is false, so no replica keeps one: the "
-        "router adds its work and helps nothing; set serving.requestRouter: power-of-two, or turn prefix "
-        "caching on"
+        f"{why}: {where} {'keeps' if len(sides) == 1 else 'keep'} Serve's power-of-two choice instead; {fix}"
     ]
 
 

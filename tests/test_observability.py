@@ -580,3 +580,44 @@ class TestSwitchedOff:
         head = run.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]["headGroupSpec"]
         env = head["template"]["spec"]["containers"][0]["env"]
         assert not [e for e in env if e["name"].startswith("RAY_")]
+
+
+def test_nixl_throughput_shows_the_band_the_true_rate_lies_in():
+    """Ray rebuilds a histogram's sum from its bucket midpoints (Ray's own recorder, used here), and vLLM
+    0.26 counts NIXL's bytes in no counter: over transfers of any size a KV transfer can have, the bytes
+    really moved lie between the panel's `at least` and `at most`, which Ray's figure alone does not."""
+    import random
+
+    from ray._private.telemetry.open_telemetry_metric_recorder import OpenTelemetryMetricRecorder
+
+    from manifests.pd_dashboard import NIXL_BYTES_BAND, NIXL_BYTES_BUCKETS, NIXL_THROUGHPUT
+
+    recorder = OpenTelemetryMetricRecorder()
+    recorder.register_histogram_metric("nixl_bytes", "test", list(NIXL_BYTES_BUCKETS))
+    midpoints = recorder.get_histogram_bucket_midpoints("nixl_bytes")
+    low, high = NIXL_BYTES_BAND
+
+    def ray_sum(sizes: list[float]) -> float:
+        bucket = [next(i for i, b in enumerate(NIXL_BYTES_BUCKETS) if s <= b) for s in sizes]
+        return sum(midpoints[i] for i in bucket)
+
+    rng = random.Random(46)
+    one_block, whole_context = 16 * 32 * 1024, 4096 * 32 * 1024  # the default model, 16 to 4096 tokens
+    just_above, at_bound = float(2**19 + 1), float(2**19)  # 2**19: a bound, and one block of 16 tokens
+    for sizes in (
+        [just_above] * 50,  # Ray counts each as its bucket's midpoint: 2.5x
+        [at_bound] * 50,  # at the top of its bucket: 0.625x
+        [rng.uniform(one_block, whole_context) for _ in range(500)],
+    ):
+        assert low * ray_sum(sizes) <= sum(sizes) <= high * ray_sum(sizes)
+    assert ray_sum([just_above]) / just_above > 2.4  # why Ray's figure alone is not the answer
+
+    panel = next(
+        p for p in _panels(pd_dashboard(settings())["panels"]) if p.get("title") == "NIXL throughput"
+    )
+    legends = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+    assert legends["at least"] == f"{low:g} * {NIXL_THROUGHPUT}"
+    assert legends["at most"] == f"{high:g} * {NIXL_THROUGHPUT}"
+    assert "0.625x and 2.5x" in panel["description"]
+    for expr in legends.values():
+        promql_parser.parse(_grafana_free(expr))

@@ -26,7 +26,7 @@ def test_status_shows_latency_per_side_and_the_kv_cache_over_nixl():
     assert "Serving metrics (Prometheus, last 5 minutes)" in report
     assert f"time to first token p95: {DECODE} 520 ms, {PREFILL} 480 ms" in report
     assert f"inter-token latency p50: {DECODE} 19 ms" in report
-    assert "NIXL: transfer 3 ms, 1.20 GB/s, 0 failed, 0 expired KV requests" in report
+    assert "NIXL: transfer 3 ms, 0.48-1.92 GB/s, 0 failed, 0 expired KV requests" in report
 
 
 def test_status_says_when_every_kv_transfer_failed():

@@ -19,7 +19,7 @@ from manifests.rayservice import RayServiceManifest
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
 from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
-from tests.fakes.pulumi import STACKS, StackRun, minimal_config, run_stack, stack_settings
+from tests.fakes.pulumi import ROOT, STACKS, StackRun, minimal_config, run_stack, stack_settings
 from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, pod_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -298,7 +298,7 @@ class TestServingVariants:
     def test_more_decode_replicas_more_workers(self):
         run = run_stack(
             overrides={
-                "model": {"decodeReplicas": 3},
+                "model": {"decodeReplicas": 3, "extraEngineKwargs": {"enable_prefix_caching": True}},
                 "gpuNodes": {"desiredSize": 4, "maxSize": 4},
                 "serving": {"prefixRouter": {"imbalancedThreshold": 8}},
             }
@@ -308,9 +308,10 @@ class TestServingVariants:
         args = serve_config(obj)["applications"][0]["args"]
         assert args["prefill_config"]["deployment_config"]["num_replicas"] == 1
         assert args["decode_config"]["deployment_config"]["num_replicas"] == 3
-        # three decode replicas to choose from: prefix affinity, with its prefix tree kept bounded
+        # three decode replicas to choose from, and a prefix cache opted into: prefix affinity, with its
+        # prefix tree kept bounded
         assert args["decode_config"]["deployment_config"]["request_router_config"] == {
-            "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+            "request_router_class": "prefix_routing:ResilientPrefixRouter",
             "request_router_kwargs": {
                 "imbalanced_threshold": 8,
                 "match_rate_threshold": 0.1,
@@ -447,10 +448,16 @@ class TestUpgradePath:
 KV_PATH = KvPath(backends=("LIBFABRIC",), buffer_device="cuda", mechanism="emulated", reason="test")
 
 
-def routed_sides(serving: dict[str, Any], autoscaling: dict[str, Any] | None = None) -> dict[str, Any]:
+PREFIX_CACHED = {"extra_engine_kwargs": {"enable_prefix_caching": True}}
+"""The default (hybrid) model opted into vLLM's prefix cache."""
+
+
+def routed_sides(
+    serving: dict[str, Any], autoscaling: dict[str, Any] | None = None, model: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Each side's deployment_config for 2 prefill and 1 decode replica under these settings."""
     config = build_serve_config(
-        ModelConfig(prefill_replicas=2),  # type: ignore[call-arg]
+        ModelConfig(prefill_replicas=2, **(PREFIX_CACHED if model is None else model)),  # type: ignore[call-arg]
         "qwen",
         KV_PATH,
         scaling=AutoscalingConfig.model_validate(autoscaling or {}),
@@ -471,6 +478,43 @@ class TestRouting:
         assert sides["decode"]["autoscaling_config"]["min_replicas"] == 1
         assert sides["decode"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
 
+    def test_only_where_the_engine_caches_prefixes(self):
+        """vLLM 0.26 caches prefixes by default only for an attention-only model; the default Qwen3.5 is
+        hybrid, so without an opt-in no side routes by prefix, and switched off, none does either."""
+        assert all("request_router_config" not in side for side in routed_sides({}, model={}).values())
+        attention_only = routed_sides({}, model={"hybrid_layers": False})
+        assert attention_only["prefill"]["request_router_config"]["request_router_class"] == PREFIX_ROUTER
+        off = {"extra_engine_kwargs": {"enable_prefix_caching": False}, "hybrid_layers": False}
+        assert all("request_router_config" not in side for side in routed_sides({}, model=off).values())
+
+    def test_the_router_ships_to_the_ray_pods_and_keeps_its_tree_on_the_head(self):
+        """The rendered class is jobs/prefix_routing.py's, in the plugins ConfigMap and on the head's
+        PYTHONPATH (where Ray builds the app); its tree goes where Serve keeps its controller: the head
+        node, no CPU, so no GPU worker is held by it. tests/live/test_prefix_router.py kills the tree."""
+        from jobs.prefix_routing import TREE_OPTIONS
+
+        run = run_stack(
+            overrides={
+                "model": {"decodeReplicas": 2, "extraEngineKwargs": {"enable_prefix_caching": True}},
+                "gpuNodes": {"desiredSize": 3, "maxSize": 3},
+            }
+        )
+        plugins = run.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]
+        assert plugins["prefix_routing.py"] == (ROOT / "jobs" / "prefix_routing.py").read_text()
+        head = registered(run)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+        (container,) = head["containers"]
+        assert {"name": "PYTHONPATH", "value": "/opt/ray-llm-eks"} in container["env"]
+        assert {"name": "plugins", "mountPath": "/opt/ray-llm-eks"} in container["volumeMounts"]
+        assert pod_errors(head) == []
+        options = TREE_OPTIONS
+        assert options["num_cpus"] == 0 and options["resources"] == {"node:__internal_head__": 0.001}
+        assert options["lifetime"] == "detached" and "max_restarts" not in options
+        # dev (1 + 1) routes nothing by prefix: its plugins and head stay as they were
+        dev = run_stack()
+        assert set(dev.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]) == {
+            "ray_node_cache.py"
+        }
+
     def test_power_of_two_is_serves_default(self):
         sides = routed_sides({"requestRouter": "power-of-two"}, {"decode": {"maxReplicas": 3}})
         assert all("request_router_config" not in side for side in sides.values())
@@ -483,24 +527,28 @@ class TestRouting:
         with pytest.raises(ValidationError, match="evictionTargetChars 500000 is above"):
             ServingConfig.model_validate({"prefixRouter": {"evictionTargetChars": 500000}})
 
-    def test_prefix_routing_without_a_prefix_cache_is_said_to_help_nothing(self):
+    def test_preview_says_why_a_side_keeps_power_of_two(self):
         from config import load_settings
         from planning import plan_stack
 
-        off = {"extraEngineKwargs": {"enable_prefix_caching": False}}
         model = {"id": "m", "source": "org/m", "parametersBillions": 8, "kvCacheBytesPerToken": 131072}
 
-        def warned(model_changes: dict[str, Any], **sections: Any) -> bool:
+        def warning(model_changes: dict[str, Any], **sections: Any) -> str:
             nodes = {"gpuNodes": {"maxSize": 3}}
             config = minimal_config("us-east-1", model={**model, **model_changes}, **nodes, **sections)
             warnings = plan_stack(load_settings(config), stack="t").warnings
-            return any("enable_prefix_caching is false" in w for w in warnings)
+            return " ".join(w for w in warnings if "serving.requestRouter prefix" in w)
 
         scaled = {"decode": {"maxReplicas": 2}}
-        assert warned(off, autoscaling=scaled)
-        assert not warned({}, autoscaling=scaled)  # the cache is on (vLLM's default)
-        assert not warned(off)  # 1 + 1: no side routes
-        assert not warned(off, autoscaling=scaled, serving={"requestRouter": "power-of-two"})
+        off = {"extraEngineKwargs": {"enable_prefix_caching": False}}
+        said = warning(off, autoscaling=scaled)
+        assert "enable_prefix_caching is false" in said and "decode keeps Serve's power-of-two" in said
+        assert not warning({}, autoscaling=scaled)  # attention only: the cache is on (vLLM's default)
+        hybrid = warning({"hybridLayers": True}, autoscaling=scaled)
+        assert "hybrid model" in hybrid and "enable_prefix_caching: true" in hybrid
+        assert not warning({"hybridLayers": True, **{"extraEngineKwargs": {"enable_prefix_caching": True}}})
+        assert not warning(off)  # 1 + 1: no side routes
+        assert not warning(off, autoscaling=scaled, serving={"requestRouter": "power-of-two"})
 
     def test_rays_checks_catch_a_wrong_router(self, rayservice):
         config = serve_config(rayservice)
@@ -510,7 +558,7 @@ class TestRouting:
             "request_router_kwargs": {"imbalance_threshold": 8},
         }
         assert any(
-            "['imbalance_threshold'] are not PrefixCacheAffinityRouter" in e for e in pd_rule_errors(config)
+            "['imbalance_threshold'] are not ResilientPrefixRouter" in e for e in pd_rule_errors(config)
         )
         deployment["request_router_config"]["request_router_class"] = PREFIX_ROUTER.replace("Prefix", "Prefx")
         assert any("decode_config" in e for e in serve_errors(config))

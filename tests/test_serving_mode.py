@@ -209,13 +209,21 @@ class TestFitAndDashboards:
             expressions = " ".join(t["expr"] for t in panels[title]["targets"])
             assert 'deployment=~"LLMServer:.*"' in expressions and "Prefill" not in expressions, title
 
-    def test_two_aggregated_replicas_get_the_prefix_router(self, aggregated):
-        """Each replica prefills its own requests, so a repeated prefix pays where it is cached."""
+    def test_two_aggregated_replicas_route_by_prefix_only_where_vllm_caches_them(self, aggregated):
+        """Each replica prefills its own requests, so a repeated prefix pays where it is cached: the
+        default (hybrid) model keeps no prefix cache in vLLM 0.26 unless asked, so Serve's default
+        routes and the preview says why; opted in, the prefix router."""
         (app,) = serve_config(aggregated)["applications"]
         (llm,) = app["args"]["llm_configs"]
+        assert "request_router_config" not in llm["deployment_config"]
+        assert any("the aggregated deployment keeps Serve's power-of-two" in w for w in aggregated.warnings)
+        opted_in = run_stack(
+            overrides={**AGGREGATED, "model": {"extraEngineKwargs": {"enable_prefix_caching": True}}}
+        )
+        (llm,) = serve_config(opted_in)["applications"][0]["args"]["llm_configs"]
         router = llm["deployment_config"]["request_router_config"]
-        assert router["request_router_class"].endswith("PrefixCacheAffinityRouter")
-        assert serve_errors(serve_config(aggregated)) == []
+        assert router["request_router_class"] == "prefix_routing:ResilientPrefixRouter"
+        assert serve_errors(serve_config(opted_in)) == []
 
 
 class TestSwitchingModes:

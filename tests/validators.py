@@ -140,9 +140,13 @@ def request_router_errors(side: str, deployment_config: dict[str, Any]) -> list[
     """The kwargs Serve passes to the router's `initialize_state`, which has no `**kwargs`."""
     from ray.serve.config import RequestRouterConfig
 
+    from tests.fakes.pulumi import ROOT
+
     config = deployment_config.get("request_router_config")
     if config is None:
         return []
+    if str(ROOT / "jobs") not in sys.path:
+        sys.path.append(str(ROOT / "jobs"))  # the router the stack ships, as on the Ray pods' PYTHONPATH
     _public_request_routers()
     router: Any = RequestRouterConfig(**config).get_request_router_class()
     accepted = set(inspect.signature(router.initialize_state).parameters) - {"self"}
