@@ -428,8 +428,17 @@ def run_stack(
     transforms its resources declared (functions, which do not travel): `with_transforms` makes it
     in this process."""
     global LAST_RUN
+    values = dict(config if config is not None else stack_file_config(stack))
+    for section, changes in (overrides or {}).items():
+        name = f"{PROJECT}:{section}"
+        values[name] = {**values.get(name, {}), **changes}
+    values.update(secrets or {})
+    state = aws or AwsState.for_config(values)
+    # Keyed on what the run reads, not on how a test spelled it: the stack file's config given as
+    # `config` or by name, an override that changes nothing, the account a stack file runs against
+    # given or not, are one run.
     key = json.dumps(
-        [config, stack, overrides, offerings, secrets, aws and vars(aws), price_cache, with_transforms],
+        [values, stack, offerings, secrets, vars(state), price_cache, with_transforms],
         sort_keys=True,
         default=str,
     )
@@ -439,13 +448,7 @@ def run_stack(
     if stored and stored.exists():
         run = _RUNS[key] = pickle.loads(stored.read_bytes())
         return run
-    values = dict(config if config is not None else stack_file_config(stack))
-    for section, changes in (overrides or {}).items():
-        name = f"{PROJECT}:{section}"
-        values[name] = {**values.get(name, {}), **changes}
-    values.update(secrets or {})
 
-    state = aws or AwsState.for_config(values)
     region = str(values.get("aws:region"))
     mocks = StackMocks(
         offerings if offerings is not None else DEFAULT_OFFERINGS,
