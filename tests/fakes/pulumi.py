@@ -380,7 +380,17 @@ LAST_RUN: StackRun | None = None
 """The most recent run, also when the program raised (to show that nothing was registered)."""
 RUN_CACHE_ENV = "RAY_LLM_EKS_TEST_RUNS"
 """A directory the session's runs are kept in, shared by its xdist workers (tests/conftest.py)."""
-_SOURCES = ("__main__.py", "components", "config", "manifests", "planning", "world", "ops", "tests/fakes")
+_SOURCES = (
+    "__main__.py",
+    "components",
+    "config",
+    "manifests",
+    "planning",
+    "program",
+    "world",
+    "ops",
+    "tests/fakes",
+)
 
 
 def _source_digest() -> str:
