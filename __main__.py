@@ -190,7 +190,7 @@ def export_outputs(
         pulumi.export("loadBalancerService", f"{service['namespace']}/{service['name']}")
         pulumi.export("apiKeys", front.api_keys)
     if observability:
-        pulumi.export("prometheusService", scraper(reading.plan.cluster).ref)
+        pulumi.export("prometheusService", scraper(reading.plan.cluster_context).ref)
     if observability and observability.grafana_admin_password is not None:
         pulumi.export("grafanaAdminPassword", observability.grafana_admin_password)
     pulumi.export("modelId", settings.model.id)

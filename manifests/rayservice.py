@@ -213,7 +213,8 @@ def policy_scope(settings: Settings, plan: Plan) -> dict[str, str]:
     the `job` labels of the stack's PodMonitors (`<monitor namespace>/<name>`, prometheus-operator's
     promcfg.go), so a series another workload pushes into a shared Prometheus is not read."""
     jobs = sorted(
-        f"{m['metadata']['namespace']}/{m['metadata']['name']}" for m in pod_monitors(settings, plan.cluster)
+        f"{m['metadata']['namespace']}/{m['metadata']['name']}"
+        for m in pod_monitors(settings, plan.cluster_context)
     )
     return {"namespace": settings.serving.namespace, "jobs": "|".join(jobs)}
 
@@ -325,7 +326,7 @@ def _head_pod(settings: Settings, plan: Plan) -> PodSpec:
                     *(
                         EnvVar(name=k, value=v)
                         for k, v in (
-                            head_dashboard_env(plan.cluster) if settings.observability.enabled else {}
+                            head_dashboard_env(plan.cluster_context) if settings.observability.enabled else {}
                         ).items()
                     ),
                     *([EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH)] if plugins_on_head else []),

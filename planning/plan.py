@@ -99,7 +99,7 @@ class Plan:
         return self.max_gpu_workers > self.gpu_workers
 
     @property
-    def cluster(self) -> ClusterContext:
+    def cluster_context(self) -> ClusterContext:
         """The cluster's context; an existing cluster's is set once read (`__main__.py`, `ops render`)."""
         if self.context is None:
             raise ValueError("the existing cluster's context is read at preview: plan it with its facts")

@@ -156,7 +156,7 @@ def build_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeR
         provider=cluster.provider,
         system_nodes=[cluster.system_node_group],
         placement=reading.placement,
-        scraper=scraper(reading.plan.cluster).peer(),
+        scraper=scraper(reading.plan.cluster_context).peer(),
     )
 
 
@@ -197,7 +197,7 @@ def build_ray_service(
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
-        network_policies=serving_policies(settings, plan.kv_path, plan.cluster),
+        network_policies=serving_policies(settings, plan.kv_path, plan.cluster_context),
         parked=settings.autoscaling.parked,
     )
     return serving, ray_service
@@ -213,7 +213,7 @@ def build_endpoint_of(
 ) -> tuple[EndpointManifests | None, Endpoint | None]:
     """AWS Load Balancer Controller ──► Endpoint: NLB ─► Envoy Gateway (API keys) ─► RayService."""
     settings = reading.settings
-    manifests = build_endpoint(settings, reading.plan.cluster)
+    manifests = build_endpoint(settings, reading.plan.cluster_context)
     if not manifests:
         return None, None
     load_balancer = (
@@ -260,9 +260,9 @@ def build_observability_of(
         return None
     return Observability(
         "observability",
-        manifests=build_observability(reading.settings, reading.plan.cluster, reading.capacity),
+        manifests=build_observability(reading.settings, reading.plan.cluster_context, reading.capacity),
         roles=roles,
-        kubernetes_version=reading.plan.cluster.kubernetes_version,
+        kubernetes_version=reading.plan.cluster_context.kubernetes_version,
         provider=cluster.provider,
         system_nodes=[cluster.system_node_group],
         gpu_nodes=[gpu_nodes.node_group],

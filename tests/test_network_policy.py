@@ -31,7 +31,7 @@ settings = stack_settings
 def paths_of(s: Any, stack: str = "dev") -> list[Any]:
     """The serving namespace's paths, for the KV path the stack's plan chose."""
     plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-    return serving_paths(s, plan.kv_path, plan.cluster)
+    return serving_paths(s, plan.kv_path, plan.cluster_context)
 
 
 def policies(run: StackRun) -> dict[tuple[str, str], dict[str, Any]]:
@@ -124,7 +124,7 @@ class TestServingNamespace:
         for variant in ({}, {"endpoint": {"enabled": False}, "observability": {"enabled": False}}):
             s = settings(stack, **variant)
             plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-            for policy in serving_policies(s, plan.kv_path, plan.cluster):
+            for policy in serving_policies(s, plan.kv_path, plan.cluster_context):
                 assert object_errors(policy) == [], policy["metadata"]["name"]
 
     def test_selectors_match_the_pods_kuberay_creates(self):
