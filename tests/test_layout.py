@@ -105,3 +105,39 @@ def test_design_mds_layout_table_states_these_rules():
         for folder, imports in re.findall(r"^\| `(\w+)/` \| .* \| ([^|]*) \|$", layout, flags=re.M)
     }
     assert {f: stated[f] for f in ALLOWED} == {f: ALLOWED[f] - {f} for f in ALLOWED}
+
+
+PRODUCT = ["components", "config", "jobs", "manifests", "ops", "planning", "policy", "program", "world"]
+LONGEST_FUNCTION = 120
+"""Lines a product function may span (its signature and docstring included)."""
+LONGEST_MAIN = 300
+LONG_FUNCTIONS_ALLOWED = {
+    # The traffic map (issue 49, item 1) moves these modules' network policies out; they are split by
+    # what they hold after it lands, not before (two moves of the same lines). Empty this then.
+    "manifests/endpoint.py": "split after the traffic map lands (issue 49)",
+    "manifests/observability.py": "split after the traffic map lands (issue 49)",
+}
+
+
+def long_functions() -> list[str]:
+    found = []
+    paths = [ROOT / "__main__.py", *sorted(p for folder in PRODUCT for p in (ROOT / folder).rglob("*.py"))]
+    for path in paths:
+        name = str(path.relative_to(ROOT))
+        if name in LONG_FUNCTIONS_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    found.append(f"{name}:{node.lineno} {node.name} is {lines} lines")
+    return found
+
+
+def test_no_product_function_is_longer_than_the_limit():
+    """A function a reader takes in at once: split one that grows past it into named steps."""
+    assert not long_functions()
+
+
+def test_the_program_composes_in_at_most_300_lines():
+    assert len((ROOT / "__main__.py").read_text().splitlines()) <= LONGEST_MAIN
