@@ -1,4 +1,4 @@
-"""Run the real Pulumi program (__main__.py) offline (ops/offline.py) against the tests' world, and
+"""Run the real Pulumi program (__main__.py) offline (ops/mocked_run.py) against the tests' world, and
 record what it registers.
 
 `AwsState` is what exists in the account before a run; a run reads it as the offline world
@@ -26,7 +26,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
 from config.base import load_yaml
-from ops.offline import (
+from ops.mocked_run import (
     FAKE_PRICES,
     NLB_HOSTNAME,
     OfflineMocks,
@@ -254,7 +254,7 @@ class StackMocks(OfflineMocks):
         return None
 
     def answer(self, token: str, given: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
-        """The reads' invokes (what world/aws.py asks), then the components' (ops/offline.py)."""
+        """The reads' invokes (what world/aws.py asks), then the components' (ops/mocked_run.py)."""
         args = pulumi_mocks.MockCallArgs(token, given, "")
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted = args.args["filters"][0]["values"][0]
