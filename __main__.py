@@ -1,4 +1,4 @@
-"""An LLM served with prefill/decode disaggregation on Amazon EKS, in dependency order:
+"""The Pulumi program: an LLM served with prefill/decode disaggregation on Amazon EKS, in dependency order:
 
     config ──► reads (world/: AWS and a team's cluster, as the AWS provider's identity) ──► planning
        ──► cost (Price List API) ──► VPC (private subnets, NAT) ──► EKS cluster + system node group
@@ -58,12 +58,12 @@ from planning.reservation import on_reservation
 from planning.upgrades import cluster_change_notice, mode_change_notice
 from program.steps import (
     Reading,
-    build_cluster,
-    build_endpoint_of,
-    build_gpu_nodes,
-    build_kuberay,
-    build_observability_of,
-    build_ray_service,
+    add_cluster,
+    add_endpoint,
+    add_gpu_nodes,
+    add_kuberay,
+    add_observability,
+    add_ray_service,
 )
 from world import World, provider_identity
 from world.reads import instance_types, reserved, where_it_serves
@@ -217,15 +217,15 @@ def main(world: World | None = None) -> None:
     built in the diagram's order."""
     reading = read(world)
     estimate_cost(reading)
-    cluster, vpc_id, gpu_subnet = build_cluster(reading)
+    cluster, vpc_id, gpu_subnet = add_cluster(reading)
     # The Pod Identity agent, where the stack installs it: what pods with AWS roles wait for.
     agent = [cluster.pod_identity_agent] if cluster.pod_identity_agent else []
     roles = PodRoles(cluster.cluster_name, reading.trust, reading.partition)
-    gpu_nodes = build_gpu_nodes(reading, cluster, gpu_subnet, roles, agent)
-    kuberay = build_kuberay(reading, cluster)
-    serving, ray_service = build_ray_service(reading, cluster, roles, agent, kuberay, gpu_nodes)
-    endpoint = build_endpoint_of(reading, cluster, roles, agent, vpc_id, ray_service)
-    observability = build_observability_of(reading, cluster, roles, agent, gpu_nodes, kuberay, ray_service)
+    gpu_nodes = add_gpu_nodes(reading, cluster, gpu_subnet, roles, agent)
+    kuberay = add_kuberay(reading, cluster)
+    serving, ray_service = add_ray_service(reading, cluster, roles, agent, kuberay, gpu_nodes)
+    endpoint = add_endpoint(reading, cluster, roles, agent, vpc_id, ray_service)
+    observability = add_observability(reading, cluster, roles, agent, gpu_nodes, kuberay, ray_service)
     warn_of_changes(reading, serving.rayservice.cluster_fingerprint())
     export_outputs(reading, cluster, vpc_id, gpu_nodes, serving, ray_service, endpoint, observability)
 

@@ -54,7 +54,7 @@ class Reading:
     partition: str
 
 
-def build_cluster(reading: Reading) -> tuple[Cluster | ExistingCluster, pulumi.Input[str], pulumi.Input[str]]:
+def add_cluster(reading: Reading) -> tuple[Cluster | ExistingCluster, pulumi.Input[str], pulumi.Input[str]]:
     """VPC ──► EKS cluster + system node group ──► Kubernetes provider, or a team's cluster read: the
     cluster, its VPC and the GPU nodes' subnet."""
     settings, where = reading.settings, reading.where
@@ -96,7 +96,7 @@ def build_cluster(reading: Reading) -> tuple[Cluster | ExistingCluster, pulumi.I
     return own, network.vpc_id, network.private_subnet_by_zone[where.gpu_zone]
 
 
-def build_gpu_nodes(
+def add_gpu_nodes(
     reading: Reading,
     cluster: Cluster | ExistingCluster,
     gpu_subnet: pulumi.Input[str],
@@ -146,7 +146,7 @@ def build_gpu_nodes(
     return gpu_nodes
 
 
-def build_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeRayOperator | None:
+def add_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeRayOperator | None:
     """KubeRay operator (system nodes), unless a team's cluster runs one."""
     if not reading.where.context.addons.installs("kuberay"):
         return None
@@ -160,7 +160,7 @@ def build_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeR
     )
 
 
-def build_ray_service(
+def add_ray_service(
     reading: Reading,
     cluster: Cluster | ExistingCluster,
     roles: PodRoles,
@@ -203,7 +203,7 @@ def build_ray_service(
     return serving, ray_service
 
 
-def build_endpoint_of(
+def add_endpoint(
     reading: Reading,
     cluster: Cluster | ExistingCluster,
     roles: PodRoles,
@@ -246,7 +246,7 @@ def build_endpoint_of(
     return manifests, endpoint
 
 
-def build_observability_of(
+def add_observability(
     reading: Reading,
     cluster: Cluster | ExistingCluster,
     roles: PodRoles,
