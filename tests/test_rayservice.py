@@ -15,8 +15,9 @@ from pydantic import ValidationError
 
 from config.autoscaling import AutoscalingConfig
 from config.serving import ModelConfig, ServingConfig
-from manifests.rayservice import RayServiceManifest
+from manifests.rayservice import RayServiceManifest, build_rayservice
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
+from planning import plan_stack
 from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, StackRun, minimal_config, run_stack, stack_settings
@@ -166,8 +167,10 @@ class TestSeedFacts:
     def test_any_application_name_is_awaited(self, app: str):
         """pulumi-kubernetes parses waitFor's path per RFC 9535 (since 4.24): `.qwen-pd` is a syntax
         error, and a hard-coded name would wait for an application that does not exist."""
-        run = run_stack(overrides={"serving": {"applicationName": app}})
-        entries = yaml.safe_load(registered(run)["metadata"]["annotations"]["pulumi.com/waitFor"])[1:]
+        # The manifest as the program applies it (tests/test_ops_render.py holds the two the same).
+        settings = stack_settings(serving={"applicationName": app})
+        rayservice = build_rayservice(settings, plan_stack(settings, stack="dev")).to_dict()
+        entries = yaml.safe_load(rayservice["metadata"]["annotations"]["pulumi.com/waitFor"])[1:]
         status = {"activeServiceStatus": {"applicationStatuses": {app: {"status": "RUNNING"}}}}
         assert [status_selected(e, {"status": status}) for e in entries] == [("RUNNING", "RUNNING")]
 
