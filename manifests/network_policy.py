@@ -100,6 +100,11 @@ def pods(labels: dict[str, str], namespace: str | None = None) -> dict[str, Any]
     return peer
 
 
+def every_pod_of(namespace: str) -> dict[str, Any]:
+    """A peer: every pod of another namespace."""
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+
+
 SAME_NAMESPACE: dict[str, Any] = {"podSelector": {}}
 """A peer: every pod of the policy's own namespace."""
 

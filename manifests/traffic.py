@@ -51,6 +51,7 @@ from manifests.network_policy import (
     RAY_WORKER_PODS,
     SAME_NAMESPACE,
     Port,
+    every_pod_of,
     no_instance_metadata,
     pods,
     policy,
@@ -175,6 +176,12 @@ class Flow:
     rule_per_peer: bool = False
     """One rule per peer (the serving namespace's VPC flow: a rule per VPC range) rather than one rule
     with every peer."""
+
+
+def client_namespace(name: str) -> Source:
+    """Every pod of namespace `name` (a client team's): `Flow(client_namespace("tenant-a"), PROXIES,
+    Ports((Port("listener", ENVOY_CONTAINER_PORT),)), "tenant-a's clients", "allow-tenant-a")`."""
+    return Source(name, f"every pod of `{name}`", "namespace", lambda s: (every_pod_of(name),))
 
 
 def _kuberay_peers(stack: Stack) -> tuple[dict[str, Any], ...]:

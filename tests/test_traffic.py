@@ -387,3 +387,26 @@ def test_the_matrix_fails_when_a_flow_is_dropped_or_widened():
     ]
     with pytest.raises(AssertionError, match="allowed"):
         check_matrix(where, widened, owned, None)
+
+
+def test_a_client_namespace_is_one_entry(monkeypatch):
+    """The change recipe of docs/design.md: one Flow, and the tenant's pods reach Serve on the head."""
+    where = stack_of("dev")
+    tenant = next(a for a in actors(where, None) if a.name == "tenant")
+    head = next(a for a in actors(where, None) if a.name == "head")
+
+    def generated() -> list[dict[str, Any]]:
+        return [p for ns in traffic.NAMESPACES for p in traffic.policies(ns, where)]
+
+    assert not reachable(generated(), tenant, head, 8000)
+    entry = traffic.Flow(
+        traffic.client_namespace("tenant-a"),
+        traffic.HEAD,
+        traffic.Ports((traffic.Port("serve", 8000),)),
+        "tenant-a's clients",
+        "ray-head-ingress",
+    )
+    monkeypatch.setattr(traffic, "FLOWS", (*traffic.FLOWS, entry))
+    assert reachable(generated(), tenant, head, 8000)
+    assert not reachable(generated(), tenant, head, 8265)
+    assert "| every pod of `tenant-a` | the Ray head | 8000 serve |" in traffic.table()
