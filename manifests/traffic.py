@@ -104,6 +104,10 @@ UCX = When(
     "UCX moves the KV cache (the plan's KV path)",
     lambda s: s.kv_path is not None and "UCX" in s.kv_path.backends,
 )
+DISAGGREGATED = When(
+    "serving.mode disaggregated (vLLM's NIXL connector runs)",
+    lambda s: s.settings.serving.mode == "disaggregated",
+)
 RAY_AUTOSCALER = When("Ray's autoscaler runs", lambda s: ray_autoscaling(s.settings))
 
 
@@ -297,6 +301,7 @@ FLOWS: tuple[Flow, ...] = (
         Ports(_worker("nixl-side")),
         "vLLM's NIXL handshake between prefill and decode (the KV cache itself goes over EFA)",
         "ray-workers-ingress",
+        DISAGGREGATED,
     ),
     Flow(
         RAY_WORKERS,

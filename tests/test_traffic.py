@@ -218,7 +218,8 @@ def expected(where: traffic.Stack, cast: Sequence[Actor], owned: set[str]) -> se
 
     allow(["head", "worker"], "head", (6379, 8265, *RAY_NODE))
     allow(["head", "worker"], "worker", RAY_NODE)
-    allow(["worker"], "worker", [20000])
+    if s.serving.mode == "disaggregated":  # vLLM's NIXL handshake; aggregated replicas move no KV cache
+        allow(["worker"], "worker", [20000])
     if where.kv_path is not None and "UCX" in where.kv_path.backends:
         allow(["worker"], "worker", [20100, 20199])
     allow(["kuberay"], "head", [8265, 8000])
@@ -354,6 +355,7 @@ VARIANTS = {
     "no observability": {"observability": {"enabled": False}},
     "UCX": {"model": {"nixlBackends": ["UCX"]}},
     "Ray autoscaler": {"gpuNodes": {"minSize": 0}},
+    "aggregated": {"serving": {"mode": "aggregated"}},
 }
 
 
