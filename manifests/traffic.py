@@ -357,6 +357,7 @@ FLOWS: tuple[Flow, ...] = (
         Ports((Port("metrics", KUBERAY_METRICS_PORT),)),
         "metrics",
         "allow-prometheus",
+        OBSERVABILITY,
     ),
     # Envoy Gateway: `endpoint.sourceRanges` is enforced on the NLB's security group, not here.
     Flow(

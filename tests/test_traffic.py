@@ -229,7 +229,7 @@ def expected(where: traffic.Stack, cast: Sequence[Actor], owned: set[str]) -> se
     if s.observability.enabled:
         allow(["prometheus"], "head", [8080, 44227, *([44217] if ray_autoscaling(s) else [])])
         allow(["prometheus"], "worker", [8080])
-    allow(["prometheus"], "kuberay", [8080])
+        allow(["prometheus"], "kuberay", [8080])
     within("monitoring")
     allow(in_vpc, "prometheus-operator", [10250])
     for monitoring in ("prometheus", "grafana", "prometheus-operator"):
