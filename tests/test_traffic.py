@@ -110,6 +110,39 @@ def test_every_network_policy_with_ingress_rules_is_generated_from_the_flows(sta
     assert all("ingress" not in v for k, v in rendered.items() if k[0] == "kube-system")
 
 
+def network_policy_keys(values: Any, path: str = "") -> list[str]:
+    """Key paths in Helm values that would switch on or shape a chart's own NetworkPolicy: a key
+    (`networkPolicy.enabled`) or a value (KubeRay's `featureGates: [{name: RayClusterNetworkPolicy}]`,
+    under which the operator writes policies into the serving namespace) naming one."""
+    found = []
+    if isinstance(values, str) and "networkpolic" in values.lower():
+        found.append(path)
+    if isinstance(values, dict):
+        for key, value in values.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "networkpolic" in str(key).lower():
+                found.append(where)
+            found += network_policy_keys(value, where)
+    elif isinstance(values, list):
+        for i, value in enumerate(values):
+            found += network_policy_keys(value, f"{path}[{i}]")
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_chart_is_handed_a_network_policy_of_its_own(stack):
+    """The charts' values carry no NetworkPolicy setting: a chart's policy would be a flow declared
+    outside manifests/traffic.py (add it there, and pass the chart what the flows generate)."""
+    releases = run_stack(stack=stack).of_type("kubernetes:helm.sh/v3:Release")
+    assert releases
+    assert {r.inputs["chart"]: network_policy_keys(r.inputs.get("values", {})) for r in releases} == {
+        r.inputs["chart"]: [] for r in releases
+    }
+    assert network_policy_keys({"grafana": {"networkPolicy": {"enabled": True}}}) == ["grafana.networkPolicy"]
+    gate = {"featureGates": [{"name": "RayClusterNetworkPolicy", "enabled": True}]}
+    assert network_policy_keys(gate) == ["featureGates[0].name"]
+
+
 def test_each_flow_names_its_reason_and_origin():
     for flow in traffic.FLOWS:
         assert flow.why and flow.source.origin in ("pod", "namespace", "vpc", "api-server"), flow
