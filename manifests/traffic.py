@@ -9,7 +9,7 @@ or ports (tests/test_traffic.py holds that); the peer and rule shapes are manife
 Where a flow comes from (`Source.origin`):
 - `pod`: pods by their labels, in the policy's namespace or another (a team's KubeRay operator or
   Prometheus: their own labels and namespace, read from the cluster);
-- `namespace`: every pod of the policy's own namespace;
+- `namespace`: every pod of a namespace (the policy's own, or a client team's: `client_namespace`);
 - `vpc`: the VPC's ranges, where a load balancer with IP targets and no client-IP preservation sends from;
 - `api-server`: the VPC's ranges too: the control plane's calls (admission webhooks, its service proxy)
   come from ENIs in the cluster's subnets.
@@ -477,10 +477,18 @@ def policies(namespace: Namespace, stack: Stack) -> list[dict[str, Any]]:
 def table() -> str:
     """The flows as a Markdown table, for docs/design.md (`make docs`)."""
     lines = [
-        "| Into | From | To | Ports | When | Why |",
-        "|---|---|---|---|---|---|",
+        "| Into | From | Origin | To | Ports | When | Why |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in FLOWS:
-        cells = (f.to.namespace.text, f.source.text, f.to.text, f.ports.text(), f.when.text, f.why)
+        cells = (
+            f.to.namespace.text,
+            f.source.text,
+            f.source.origin,
+            f.to.text,
+            f.ports.text(),
+            f.when.text,
+            f.why,
+        )
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -446,4 +446,4 @@ def test_a_client_namespace_is_one_entry(monkeypatch):
     monkeypatch.setattr(traffic, "FLOWS", (*traffic.FLOWS, entry))
     assert reachable(generated(), tenant, head, 8000)
     assert not reachable(generated(), tenant, head, 8265)
-    assert "| every pod of `tenant-a` | the Ray head | 8000 serve |" in traffic.table()
+    assert "| every pod of `tenant-a` | namespace | the Ray head | 8000 serve |" in traffic.table()
