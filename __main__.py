@@ -57,7 +57,7 @@ from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.observability import build_observability, scraper
 from manifests.pod_identity import cluster_arn
 from manifests.rayservice import build_serving
-from manifests.serving_network import serving_policies
+from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
 from planning import plan_stack
 from planning.access import partition_of
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
@@ -211,7 +211,7 @@ def main(world: World | None = None) -> None:
         nvidia=addons.installs("nvidiaDevicePlugin"),
         efa=addons.installs("efaDevicePlugin"),
     )
-    scraper_peer = scraper(plan.cluster).peer()
+    traffic = Stack(settings, plan.cluster, plan.kv_path)
     kuberay = (
         KubeRayOperator(
             "kuberay",
@@ -219,7 +219,7 @@ def main(world: World | None = None) -> None:
             provider=cluster.provider,
             system_nodes=[cluster.system_node_group],
             placement=where_pods,
-            scraper=scraper_peer,
+            network_policies=policies(KUBERAY_NS, traffic),
         )
         if addons.installs("kuberay")
         else None
@@ -251,7 +251,7 @@ def main(world: World | None = None) -> None:
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
-        network_policies=serving_policies(settings, plan.kv_path, plan.cluster),
+        network_policies=policies(SERVING, traffic),
         parked=settings.autoscaling.parked,
     )
 
@@ -284,6 +284,7 @@ def main(world: World | None = None) -> None:
             system_nodes=[cluster.system_node_group],
             placement=where_pods,
             load_balancer_ready=load_balancer.ready if load_balancer else [],
+            network_policies=policies(GATEWAY_NS, traffic) if endpoint_manifests.gateway_namespace else [],
         )
 
     observability = (
@@ -302,6 +303,8 @@ def main(world: World | None = None) -> None:
             serving_namespace=ray_service.namespace,
             kuberay=[kuberay.release] if kuberay else [],
             team_cluster=where.existing is not None,
+            network_policies=policies(MONITORING, traffic),
+            node_agents_policies=policies(NODE_AGENTS, traffic),
         )
         if settings.observability.enabled
         else None
