@@ -97,7 +97,7 @@ dashboards: $(DEV_VENV)  ## regenerate the JSON of Ray's own Grafana dashboards 
 grafana: $(VENV)  ## open Grafana, Prometheus and the Ray dashboard on 127.0.0.1 (port-forwards until Ctrl-C)
 	@$(PYTHON) -m ops dashboards --stack $(STACK)
 
-docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success), and the docs' contents
+docs: $(VENV)  ## regenerate docs/configuration.md from the config models (replaced only on success), the docs' contents and design.md's traffic table
 	@$(PYTHON) -m config.reference > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md || { rm -f docs/configuration.md.tmp; exit 1; }
 	@$(PYTHON) -m tests.doc_toc
 

@@ -48,6 +48,7 @@ from manifests.endpoint import EndpointManifests
 from manifests.observability import scraper
 from manifests.pod_identity import cluster_arn
 from manifests.rayservice import ServingManifests
+from manifests.traffic import Stack
 from planning import plan_stack
 from planning.access import partition_of
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
@@ -117,8 +118,20 @@ def read(world: World | None) -> Reading:
     # The nodes' labels and taints and what the stack's pods select and tolerate (stack-specific on a
     # team's cluster: planning/nodes.py).
     where_pods = placement(settings)
+    traffic = Stack(settings, plan.cluster_context, plan.kv_path)
     return Reading(
-        stack, stack_id, settings, identity, caller, capacity, plan, where, where_pods, trust, partition
+        stack,
+        stack_id,
+        settings,
+        identity,
+        caller,
+        capacity,
+        plan,
+        where,
+        where_pods,
+        trust,
+        partition,
+        traffic,
     )
 
 

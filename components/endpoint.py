@@ -15,6 +15,7 @@ is ours rather than Envoy Gateway's).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -23,7 +24,7 @@ from pydantic import SecretStr
 
 from components.helm import crds as chart_crds
 from components.helm import helm_release
-from components.network_policy import network_policies
+from components.network_policy import network_policies as apply_network_policies
 from manifests.endpoint import EndpointManifests, envoy_gateway_chart, envoy_gateway_crds
 from planning.nodes import Placement
 
@@ -55,12 +56,15 @@ class Endpoint(pulumi.ComponentResource):
         system_nodes: Sequence[pulumi.Resource],
         placement: Placement,
         load_balancer_ready: Sequence[pulumi.Resource],
+        network_policies: Sequence[dict[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`rotations`: client -> its `rotation` (a generated key is replaced when it changes);
         `given_keys`: the keys the stack's `apiKeys` sets; `serving_namespace`: where the RayService's
         Service is (the Gateway, its route and policies, and the keys' Secret go there too);
-        `load_balancer_ready`: the AWS Load Balancer Controller's CRDs, association and release."""
+        `load_balancer_ready`: the AWS Load Balancer Controller's CRDs, association and release;
+        `network_policies`: the gateway's namespace's, where the stack installs Envoy Gateway
+        (manifests/traffic.py)."""
         super().__init__("ray-llm-eks:endpoint:Endpoint", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         on_system_nodes = pulumi.ResourceOptions.merge(
@@ -73,9 +77,9 @@ class Endpoint(pulumi.ComponentResource):
             namespace = k8s.core.v1.Namespace(
                 f"{name}-gateway-ns", metadata=manifests.gateway_namespace["metadata"], opts=on_system_nodes
             )
-            network_policies(
+            apply_network_policies(
                 f"{name}-policy",
-                manifests.gateway_network_policies,
+                network_policies,
                 pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
             )
             crds = chart_crds(f"{name}-crds", envoy_gateway_crds(), child)

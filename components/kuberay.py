@@ -18,9 +18,9 @@ import pulumi_kubernetes as k8s
 
 from components.helm import crds as chart_crds
 from components.helm import helm_release
-from components.network_policy import network_policies
+from components.network_policy import network_policies as apply_network_policies
 from config.serving import KubeRayConfig
-from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator, kuberay_policies
+from manifests.charts import kuberay_crds, kuberay_namespace, kuberay_operator
 from planning.nodes import Placement
 
 
@@ -38,20 +38,20 @@ class KubeRayOperator(pulumi.ComponentResource):
         provider: k8s.Provider,
         system_nodes: Sequence[pulumi.Resource],
         placement: Placement,
-        scraper: dict[str, Any],
+        network_policies: Sequence[dict[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`system_nodes`: what the operator waits for (the system node group, not the GPU nodes), whose
         `placement` it selects and tolerates;
-        `scraper`: the Prometheus pods that scrape the operator (a network policy peer)."""
+        `network_policies`: the namespace's (manifests/traffic.py)."""
         super().__init__("ray-llm-eks:kuberay:KubeRayOperator", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(system_nodes))
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata=kuberay_namespace(config)["metadata"], opts=child
         )
-        network_policies(
+        apply_network_policies(
             f"{name}-policy",
-            kuberay_policies(config, scraper),
+            network_policies,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         self.crds = chart_crds(f"{name}-crds", kuberay_crds(config), child)

@@ -1,4 +1,4 @@
-"""Apply NetworkPolicies built in manifests/network_policy.py (a helper, not a component of its own:
+"""Apply NetworkPolicies generated in manifests/traffic.py (a helper, not a component of its own:
 each component applies the policies of the namespace it owns, right after the namespace)."""
 
 from __future__ import annotations

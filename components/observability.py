@@ -12,6 +12,7 @@ Secret; the chart would otherwise generate one of its own at every install.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -20,7 +21,7 @@ import pulumi_random as random
 
 from components.helm import crds as chart_crds
 from components.helm import helm_release
-from components.network_policy import network_policies
+from components.network_policy import network_policies as apply_network_policies
 from components.pod_identity import PodIdentity, PodRoles
 from manifests.observability import (
     GRAFANA_ADMIN_SECRET,
@@ -57,6 +58,8 @@ class Observability(pulumi.ComponentResource):
         serving_namespace: pulumi.Input[str],
         kuberay: Sequence[pulumi.Resource],
         team_cluster: bool = False,
+        network_policies: Sequence[dict[str, Any]],
+        node_agents_policies: Sequence[dict[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`system_nodes`, `gpu_nodes`: the node groups (what runs where must exist first);
@@ -65,7 +68,8 @@ class Observability(pulumi.ComponentResource):
         add-on (an existing cluster may run it); `serving_namespace`: the RayService's, where its monitors
         and rules go; `kuberay`: the operator's release, whose Service the ServiceMonitor scrapes;
         `team_cluster`: the cluster is a team's, so an EBS CSI add-on the stack adds there overwrites
-        nothing and stays when the stack goes."""
+        nothing and stays when the stack goes; `network_policies`, `node_agents_policies`: `monitoring`'s
+        and `node-agents`' (manifests/traffic.py)."""
         super().__init__("ray-llm-eks:observability:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         self.grafana_admin_password = None
@@ -79,9 +83,9 @@ class Observability(pulumi.ComponentResource):
                     child, pulumi.ResourceOptions(depends_on=list(system_nodes))
                 ),
             )
-            network_policies(
+            apply_network_policies(
                 f"{name}-node-agents-policy",
-                manifests.node_agents_policies,
+                node_agents_policies,
                 pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[node_agents])),
             )
         # What the dashboards wait for (the namespace), and the monitors, rules and dcgm-exporter (the
@@ -102,6 +106,7 @@ class Observability(pulumi.ComponentResource):
                 ebs_csi_driver,
                 node_agents,
                 team_cluster,
+                network_policies,
             )
         if manifests.dcgm_exporter is not None:
             assert node_agents is not None
@@ -156,6 +161,7 @@ class Observability(pulumi.ComponentResource):
         ebs_csi_driver: bool,
         node_agents: pulumi.Resource,
         team_cluster: bool,
+        network_policies: Sequence[dict[str, Any]],
     ) -> tuple[list[pulumi.Resource], list[pulumi.Resource]]:
         """kube-prometheus-stack with its volume, namespace, CRDs and Grafana's password; returns
         ([the namespace], [the CRDs, the release])."""
@@ -221,9 +227,9 @@ class Observability(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=[*system_nodes, *volumes])
             ),
         )
-        network_policies(
+        apply_network_policies(
             f"{name}-policy",
-            manifests.network_policies,
+            network_policies,
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
         )
         crds = chart_crds(f"{name}-crds", kube_prometheus_stack_crds(), child)

@@ -48,7 +48,7 @@ class RayService(pulumi.ComponentResource):
         workers can be scheduled at all), and the model cache's Pod Identity associations;
         `copy_after`: what the model copy Job needs (the system nodes, its Pod Identity); `parked`: no
         RayService (and no GPU workers) and no readiness check, everything else as when serving;
-        `network_policies`: the namespace's (manifests/serving_network.py), in place before any pod."""
+        `network_policies`: the namespace's (manifests/traffic.py), in place before any pod."""
         super().__init__("ray-llm-eks:rayservice:RayService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=manifests.namespace["metadata"], opts=child)

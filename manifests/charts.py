@@ -16,7 +16,6 @@ from typing import Any
 from config import versions
 from config.serving import KubeRayConfig
 from manifests.k8s import namespace, pod_security_labels
-from manifests.network_policy import Allow, Port, closed_namespace
 from planning.nodes import Placement
 
 DEVICE_PLUGIN_NAMESPACE = "kube-system"
@@ -87,12 +86,3 @@ def kuberay_namespace(config: KubeRayConfig) -> dict[str, Any]:
 
 KUBERAY_METRICS_PORT = 8080
 """The operator's metrics (and only) container port (kuberay-operator 1.7.0 values `service.port`)."""
-
-
-def kuberay_policies(config: KubeRayConfig, prometheus: dict[str, Any]) -> list[dict[str, Any]]:
-    """No IMDS; no ingress but Prometheus (the `prometheus` peer) on the metrics port. The chart has
-    no admission webhook at 1.7.0; its probes come from the kubelet."""
-    return closed_namespace(
-        config.namespace,
-        [Allow("prometheus", "metrics", (prometheus,), {}, (Port("metrics", KUBERAY_METRICS_PORT),))],
-    )

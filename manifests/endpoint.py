@@ -38,14 +38,6 @@ from config.endpoint import EndpointConfig
 from manifests.charts import HelmChart
 from manifests.k8s import K8sModel, Manifest, Toleration, namespace, pod_security_labels, tolerations_of
 from manifests.load_balancer import LOAD_BALANCER_CLASS
-from manifests.network_policy import (
-    BENCH_PODS,
-    Allow,
-    Port,
-    closed_namespace,
-    pods,
-    vpc,
-)
 from manifests.rayservice import serve_service_name
 from planning.context import ClusterContext
 from planning.names import cluster_scoped_name
@@ -367,9 +359,8 @@ class EndpointManifests:
     only the Pulumi program holds the keys (`api_keys_secret` names it)."""
 
     gateway_namespace: dict[str, Any] | None
-    gateway_network_policies: list[dict[str, Any]]
-    """The gateway's namespace (Envoy Gateway and its proxies): `gateway_policies`. None and none with
-    an existing cluster's Envoy Gateway, whose namespace is its team's."""
+    """The gateway's namespace (Envoy Gateway and its proxies; its policies: manifests/traffic.py). None
+    with an existing cluster's Envoy Gateway, whose namespace is its team's."""
     gateway_class: GatewayClass | None
     """None: the existing Envoy Gateway's accepted GatewayClass (`gateway.spec.gatewayClassName`)."""
     envoy_proxy: EnvoyProxy
@@ -466,42 +457,6 @@ templates/envoy-gateway-deployment.yaml)."""
 
 ENVOY_GATEWAY_CONTROLLER_PODS = {"control-plane": "envoy-gateway"}
 """Envoy Gateway's controller pods (gateway-helm v1.9.0 templates/envoy-gateway-deployment.yaml)."""
-
-
-def gateway_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
-    """No IMDS; no ingress but: within the namespace (the proxies' xDS to the controller, on the ports
-    the chart's `deployment.ports` lists), the load balancer to the proxies' listener and health-check
-    ports (IP targets without client-IP preservation, so from the VPC's range; `endpoint.sourceRanges`
-    is enforced on the NLB's security group), and the API server to the controller's webhook."""
-    in_vpc = vpc(context.vpc_cidrs)
-    proxies = proxy_selector(settings.serving.name, settings.serving.namespace)
-    return closed_namespace(
-        GATEWAY_NAMESPACE,
-        [
-            Allow.within("the proxies' xDS stream to the controller, certgen"),
-            Allow(
-                "load-balancer",
-                "the NLB's traffic and health checks; ops verify through the API server's proxy",
-                in_vpc,
-                proxies,
-                (Port("listener", ENVOY_CONTAINER_PORT), Port("readiness", ENVOY_READINESS_PORT)),
-            ),
-            Allow(
-                "bench",
-                "ops bench's load test, from the serving namespace",
-                (pods(BENCH_PODS, settings.serving.namespace),),
-                proxies,
-                (Port("listener", ENVOY_CONTAINER_PORT),),
-            ),
-            Allow(
-                "api-server",
-                "admission calls to the controller's webhook, and no other pod",
-                in_vpc,
-                dict(ENVOY_GATEWAY_CONTROLLER_PODS),
-                (Port("webhook", ENVOY_GATEWAY_WEBHOOK_PORT),),
-            ),
-        ],
-    )
 
 
 def _seconds(value: int) -> str:
@@ -623,7 +578,6 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     )
     return EndpointManifests(
         gateway_namespace=None if existing_gateway else gateway_namespace(),
-        gateway_network_policies=[] if existing_gateway else gateway_policies(settings, context),
         gateway_class=None
         if existing_gateway
         else GatewayClass(

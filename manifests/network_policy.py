@@ -1,6 +1,6 @@
-"""Kubernetes NetworkPolicies, enforced by the VPC CNI's network policy agent (the stack turns it on:
-components/cluster.py): the one every namespace of the stack's workloads gets, no instance metadata,
-and the shape of every namespace's ingress: denied but for the `Allow`s it lists.
+"""Kubernetes NetworkPolicies' shapes, enforced by the VPC CNI's network policy agent (the stack turns it
+on: components/cluster.py): the one every namespace of the stack's workloads gets, no instance metadata,
+and the peers and ports the flows of manifests/traffic.py, the one place that declares them, are made of.
 
 pulumi-eks hard-codes the IMDS hop limit at 2, so without it any pod could take the node role's
 credentials. Egress goes anywhere but IMDS (169.254.169.254, fd00:ec2::254); EKS Pod Identity's agent
@@ -100,6 +100,11 @@ def pods(labels: dict[str, str], namespace: str | None = None) -> dict[str, Any]
     return peer
 
 
+def every_pod_of(namespace: str) -> dict[str, Any]:
+    """A peer: every pod of another namespace."""
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+
+
 SAME_NAMESPACE: dict[str, Any] = {"podSelector": {}}
 """A peer: every pod of the policy's own namespace."""
 
@@ -115,51 +120,3 @@ def vpc(cidrs: Sequence[str]) -> tuple[dict[str, Any], ...]:
     """The VPC's ranges as peers (`addresses`): every range of the VPC, where an existing cluster's has
     several (pods in a secondary range, say)."""
     return tuple(addresses(cidr) for cidr in cidrs)
-
-
-@dataclass(frozen=True)
-class Allow:
-    """One way into a namespace: from whom, to which pods ({} for all), on which ports (none: all)."""
-
-    name: str
-    why: str
-    peers: tuple[dict[str, Any], ...]
-    to: dict[str, str]
-    ports: tuple[Port, ...] = ()
-
-    @classmethod
-    def within(cls, why: str) -> Allow:
-        """Every pod of the namespace to every other (`why`: who talks to whom there)."""
-        return cls("within", why, (SAME_NAMESPACE,), {})
-
-    def rule(self) -> dict[str, Any]:
-        rule: dict[str, Any] = {"from": list(self.peers)}
-        if self.ports:
-            rule["ports"] = [p.rule() for p in self.ports]
-        return rule
-
-
-def closed_namespace(namespace: str, allows: Sequence[Allow]) -> list[dict[str, Any]]:
-    """What an add-on's namespace gets: no instance metadata, and no ingress but `allows`."""
-    return [no_instance_metadata(namespace), *deny_ingress_but(namespace, allows)]
-
-
-def deny_ingress_but(namespace: str, allows: Sequence[Allow]) -> list[dict[str, Any]]:
-    """No ingress into the namespace's pods (on the pod network) but what `allows` lists, one policy
-    each, named by it so `kubectl get networkpolicy` reads like the list. The kubelet's probes come
-    from the node, which the agent always allows."""
-    return [
-        policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
-        *(
-            policy(
-                f"allow-{allow.name}",
-                namespace,
-                {
-                    "podSelector": {"matchLabels": dict(allow.to)} if allow.to else {},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [allow.rule()],
-                },
-            )
-            for allow in allows
-        ),
-    ]

@@ -35,15 +35,7 @@ from typing import Any
 from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import namespace, pod_security_labels
-from manifests.network_policy import (
-    PROMETHEUS_PODS,
-    RAY_HEAD_PODS,
-    Allow,
-    Port,
-    closed_namespace,
-    pods,
-    vpc,
-)
+from manifests.network_policy import PROMETHEUS_PODS
 from manifests.pd_dashboard import pd_dashboard
 from planning import system_pods as requests
 from planning.context import ClusterContext
@@ -302,9 +294,6 @@ class Scraper:
         """`namespace/service`: the stack's `prometheusService` output, where `ops` asks it."""
         return f"{self.namespace}/{self.service}"
 
-    def peer(self) -> dict[str, Any]:
-        return pods(self.pods, self.namespace)
-
 
 def scraper(context: ClusterContext) -> Scraper:
     existing = context.addons.prometheus
@@ -320,51 +309,6 @@ def scraper(context: ClusterContext) -> Scraper:
 OPERATOR_PODS = {"app": "kube-prometheus-stack-operator"}
 """prometheus-operator's pods (kube-prometheus-stack 88.5.3 templates/prometheus-operator/deployment.yaml:
 `app: {{ kube-prometheus-stack.name }}-operator`, the chart's name without nameOverride)."""
-
-
-def monitoring_policies(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
-    """No IMDS; no ingress but: within the namespace (Grafana to Prometheus, Prometheus to
-    Alertmanager, Alertmanager's mesh, kube-state-metrics' scrape), the API server to the operator's
-    admission webhook, and the Ray head's dashboard, which asks Prometheus and Grafana for its metrics
-    tabs (`head_dashboard_env`). `ops status` and `ops dashboards` reach Prometheus by port-forward,
-    which enters the pod from the kubelet and needs no rule: nothing from the VPC reaches 9090."""
-    return closed_namespace(
-        MONITORING_NAMESPACE,
-        [
-            Allow.within("Grafana, Prometheus, Alertmanager, the operator"),
-            Allow(
-                "api-server-webhook",
-                "admission calls to the operator's webhook, and no other pod",
-                vpc(context.vpc_cidrs),
-                dict(OPERATOR_PODS),
-                (Port("webhook", OPERATOR_WEBHOOK_PORT),),
-            ),
-            Allow(
-                "ray-dashboard",
-                "the Ray dashboard's metrics tabs",
-                (pods(RAY_HEAD_PODS, settings.serving.namespace),),
-                {},
-                (Port("prometheus", PROMETHEUS_PORT), Port("grafana", GRAFANA_CONTAINER_PORT)),
-            ),
-        ],
-    )
-
-
-def node_agents_policies(scraping: Scraper) -> list[dict[str, Any]]:
-    """No IMDS; no ingress but Prometheus to dcgm-exporter. node-exporter runs on the host network,
-    where no policy applies (it listens on the node's 9100; the node's security group governs it)."""
-    return closed_namespace(
-        NODE_AGENTS_NAMESPACE,
-        [
-            Allow(
-                "prometheus",
-                "GPU metrics",
-                (scraping.peer(),),
-                {},
-                (Port("metrics", DCGM_EXPORTER_PORT),),
-            )
-        ],
-    )
 
 
 def _relabel_cluster() -> list[dict[str, Any]]:
@@ -654,10 +598,8 @@ class ObservabilityManifests:
     serving_namespace: str
     """Where the monitors and rules go unless an existing Prometheus wants them in its own namespace."""
     namespace: dict[str, Any]
-    network_policies: list[dict[str, Any]]
     node_agents_namespace: dict[str, Any]
     """node-exporter and dcgm-exporter, privileged, apart from the rest."""
-    node_agents_policies: list[dict[str, Any]]
     storage_class: dict[str, Any]
     kube_prometheus_stack: HelmChart | None
     """None: an existing Prometheus scrapes; the stack ships only monitors, rules and dashboards."""
@@ -684,9 +626,7 @@ def build_observability(
     return ObservabilityManifests(
         serving_namespace=settings.serving.namespace,
         namespace=monitoring_namespace(),
-        network_policies=monitoring_policies(settings, context),
         node_agents_namespace=node_agents_namespace(),
-        node_agents_policies=node_agents_policies(scraper(context)),
         storage_class=storage_class(settings),
         kube_prometheus_stack=kube_prometheus_stack_chart(settings)
         if addons.installs("prometheus")

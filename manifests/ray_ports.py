@@ -1,5 +1,5 @@
 """Every port a Ray pod listens on for another pod, pinned, so the serving namespace's network
-policies (manifests/network_policy.py) can allow exactly these and nothing else.
+policies (manifests/traffic.py) can allow exactly these and nothing else.
 
 Ray 2.58 picks the node manager, object manager, runtime env agent and dashboard agent gRPC ports at
 random unless `ray start` is given them (python/ray/scripts/scripts.py, python/ray/_private/parameter.py

@@ -25,7 +25,7 @@ import yaml
 
 from config import Settings
 from config.base import SAFE_DUMPER
-from manifests.charts import kuberay_namespace, kuberay_policies
+from manifests.charts import kuberay_namespace
 from manifests.cluster_autoscaler import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
 from manifests.endpoint import build_endpoint
 from manifests.load_balancer import CONTROLLER_NAMESPACE
@@ -34,10 +34,10 @@ from manifests.network_policy import (
     LOAD_BALANCER_CONTROLLER_APP,
     no_instance_metadata,
 )
-from manifests.observability import GRAFANA_ADMIN_SECRET, GRAFANA_ADMIN_USER, build_observability, scraper
+from manifests.observability import GRAFANA_ADMIN_SECRET, GRAFANA_ADMIN_USER, build_observability
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
-from manifests.serving_network import serving_policies
+from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
 from planning import Plan
 from planning.system_pods import cluster_autoscaling
 
@@ -80,11 +80,12 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     """What the program applies, from the settings and the plan (with the cluster's context: its own,
     or an existing one's as `--vpc-cidr` describes it)."""
     context = plan.cluster_context
+    traffic = Stack(settings, context, plan.kv_path)
     serving = build_serving(settings, plan)
     jobs = [serving.model_copy] if serving.model_copy else []
     rendered = [
         serving.namespace,
-        *serving_policies(settings, plan.kv_path, context),
+        *policies(SERVING, traffic),
         *serving.service_accounts,
         serving.plugins,
         serving.prepull,
@@ -103,7 +104,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     if addons.installs("kuberay"):
         rendered += [
             kuberay_namespace(settings.kuberay),
-            *kuberay_policies(settings.kuberay, scraper(context).peer()),
+            *policies(KUBERAY_NS, traffic),
         ]
     if cluster_autoscaling(settings) and addons.installs("clusterAutoscaler"):
         rendered.append(no_instance_metadata(CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_APP))
@@ -118,7 +119,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         )
         rendered += [
             *([endpoint.gateway_namespace] if endpoint.gateway_namespace else []),
-            *endpoint.gateway_network_policies,
+            *(policies(GATEWAY_NS, traffic) if endpoint.gateway_namespace else []),
             keys,
             *(m.to_dict() for m in endpoint.custom_resources()),
             endpoint.load_balancer.to_dict(),
@@ -127,7 +128,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         observability = build_observability(settings, context)
         stack = observability.kube_prometheus_stack is not None
         if stack:
-            rendered += [observability.namespace, *observability.network_policies]
+            rendered += [observability.namespace, *policies(MONITORING, traffic)]
             rendered.append(
                 secret(
                     GRAFANA_ADMIN_SECRET,
@@ -136,7 +137,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
                 )
             )
         if stack or observability.dcgm_exporter is not None:
-            rendered += [observability.node_agents_namespace, *observability.node_agents_policies]
+            rendered += [observability.node_agents_namespace, *policies(NODE_AGENTS, traffic)]
         if stack:
             storage = observability.storage_class
             key = settings.cluster.volume_kms_key_arn or VOLUME_KEY_PLACEHOLDER

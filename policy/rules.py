@@ -472,7 +472,7 @@ def namespaces_deny_ingress_and_enforce_pod_security(
         if name not in denied:
             report(
                 f"{r.name}: namespace {name} has no NetworkPolicy denying all ingress; add one "
-                "(manifests/network_policy.py deny_ingress_but) and list the paths its pods need",
+                "(manifests/traffic.py `policies`) and declare the flows its pods need there",
                 r.urn,
             )
 

@@ -26,9 +26,9 @@ from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_ta
 from manifests.endpoint import EndpointManifests, build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
-from manifests.observability import build_observability, scraper
+from manifests.observability import build_observability
 from manifests.rayservice import ServingManifests, build_serving
-from manifests.serving_network import serving_policies
+from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
 from planning import Plan
 from planning.nodes import Placement
 from planning.reservation import CapacityPlan
@@ -52,6 +52,8 @@ class Reading:
     placement: Placement
     trust: tuple[str, str]
     partition: str
+    traffic: Stack
+    """Who talks to whom in this stack (manifests/traffic.py): each owned namespace's policies."""
 
 
 def add_cluster(reading: Reading) -> tuple[Cluster | ExistingCluster, pulumi.Input[str], pulumi.Input[str]]:
@@ -156,7 +158,7 @@ def add_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeRay
         provider=cluster.provider,
         system_nodes=[cluster.system_node_group],
         placement=reading.placement,
-        scraper=scraper(reading.plan.cluster_context).peer(),
+        network_policies=policies(KUBERAY_NS, reading.traffic),
     )
 
 
@@ -197,7 +199,7 @@ def add_ray_service(
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
-        network_policies=serving_policies(settings, plan.kv_path, plan.cluster_context),
+        network_policies=policies(SERVING, reading.traffic),
         parked=settings.autoscaling.parked,
     )
     return serving, ray_service
@@ -242,6 +244,7 @@ def add_endpoint(
         system_nodes=[cluster.system_node_group],
         placement=reading.placement,
         load_balancer_ready=load_balancer.ready if load_balancer else [],
+        network_policies=policies(GATEWAY_NS, reading.traffic) if manifests.gateway_namespace else [],
     )
     return manifests, endpoint
 
@@ -273,4 +276,6 @@ def add_observability(
         serving_namespace=ray_service.namespace,
         kuberay=[kuberay.release] if kuberay else [],
         team_cluster=reading.where.existing is not None,
+        network_policies=policies(MONITORING, reading.traffic),
+        node_agents_policies=policies(NODE_AGENTS, reading.traffic),
     )

@@ -335,6 +335,12 @@ def test_the_long_pages_open_with_their_contents_as_generated(page: Path):
     assert doc_toc.with_contents(text) == text, f"{page.name}: contents out of date: run `make docs`"
 
 
+def test_the_traffic_table_is_generated_from_the_flows():
+    text = doc_toc.DESIGN.read_text()
+    assert text.count(doc_toc.TRAFFIC_BEGIN) == 1 and text.count(doc_toc.TRAFFIC_END) == 1
+    assert doc_toc.with_traffic(text) == text, "design.md: the traffic table is out of date: run `make docs`"
+
+
 def test_the_docs_name_the_model_cache_bucket_as_the_stack_does(dev_stack: StackRun):
     from planning.model_cache import KEY_LENGTH, bucket_key, default_bucket, legacy_bucket
 

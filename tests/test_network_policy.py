@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from manifests import ray_ports
-from manifests.network_policy import BENCH_PODS, IMDS_V4, IMDS_V6
+from manifests.network_policy import BENCH_PODS, IMDS_V4, IMDS_V6, Port
 from manifests.network_policy import RAY_HEAD_PODS as RAY_HEAD
 from manifests.network_policy import RAY_WORKER_PODS as RAY_WORKER
 from manifests.rayservice import build_rayservice, build_serving
-from manifests.serving_network import serving_paths, serving_policies
+from manifests.traffic import SERVING, Stack, flows
+from manifests.traffic import policies as namespace_policies
 from planning import plan_stack
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import STACKS, StackRun, plan_of, run_stack, stack_settings
@@ -28,10 +29,27 @@ POD_IDENTITY_AGENT = "169.254.170.23"
 settings = stack_settings
 
 
-def paths_of(s: Any, stack: str = "dev") -> list[Any]:
-    """The serving namespace's paths, for the KV path the stack's plan chose."""
+class Path(NamedTuple):
+    """One flow into the serving namespace by one of its peers."""
+
+    peer: str
+    to: str
+    ports: tuple[Port, ...]
+    peer_selector: dict[str, Any]
+
+
+def traffic_of(s: Any, stack: str = "dev") -> Stack:
     plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-    return serving_paths(s, plan.kv_path, plan.cluster_context)
+    return Stack(s, plan.cluster_context, plan.kv_path)
+
+
+def paths_of(s: Any, stack: str = "dev") -> list[Path]:
+    """The serving namespace's flows, one per peer, for the KV path the stack's plan chose."""
+    return [
+        Path(f.flow.source.key, f.flow.to.key, f.ports, peer)
+        for f in flows(SERVING, traffic_of(s, stack))
+        for peer in f.peers
+    ]
 
 
 def policies(run: StackRun) -> dict[tuple[str, str], dict[str, Any]]:
@@ -123,8 +141,7 @@ class TestServingNamespace:
     def test_policies_are_valid_kubernetes_objects(self, stack):
         for variant in ({}, {"endpoint": {"enabled": False}, "observability": {"enabled": False}}):
             s = settings(stack, **variant)
-            plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-            for policy in serving_policies(s, plan.kv_path, plan.cluster_context):
+            for policy in namespace_policies(SERVING, traffic_of(s, stack)):
                 assert object_errors(policy) == [], policy["metadata"]["name"]
 
     def test_selectors_match_the_pods_kuberay_creates(self):
@@ -218,7 +235,7 @@ class TestEveryPathIsOnAPortThePodsDeclare:
         assert (ucx.peer, ucx.to) == ("ray-workers", "workers")
         assert ucx.peer_selector == {"podSelector": {"matchLabels": RAY_WORKER}}
         (port,) = ucx.ports
-        assert (port.port, port.end_port) == ray_ports.UCX_TCP_PORTS
+        assert port.end_port is not None and (port.port, port.end_port) == ray_ports.UCX_TCP_PORTS
         assert not port.port <= ray_ports.NIXL_SIDE_CHANNEL <= port.end_port
         assert port.end_port < 32768  # below Linux's ephemeral range, where outgoing connections bind
 
