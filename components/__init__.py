@@ -1,1 +1,1 @@
-"""Pulumi ComponentResources, one per concern, wired together in __main__.py."""
+"""Pulumi ComponentResources, one per concern, added in the stack's order by program/steps.py."""

@@ -170,6 +170,46 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         partition = partition_of(region)
 
+        self._keys(name, config, cluster_name, account_id, region, partition, child)
+        attachments = self._node_role(name, cluster_name, partition, child)
+        self._control_plane(
+            name, config, cluster_name, access_entries, vpc_id, private_subnet_ids, partition, child
+        )
+        # Known before the cluster exists, but carrying the dependency on it: what is created with the
+        # name (Pod Identity associations) must wait for the cluster.
+        self.cluster_name = self.eks_cluster.urn.apply(lambda _: cluster_name)
+
+        self.vpc_cni = self._vpc_cni(name, cluster_name, config.kubernetes_version, partition, child)
+        self.node_dependencies = [*attachments, self.vpc_cni]
+
+        self._system_nodes(name, system_nodes, cluster_name, private_subnet_ids, child)
+
+        # pulumi-eks does not mark the kubeconfig secret (it holds no credentials, only an
+        # `aws eks get-token` call); we do, so it never shows in logs or plain state.
+        self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
+
+        self.register_outputs(
+            {
+                "volumeKeyArn": self.volume_key_arn,
+                "clusterName": self.cluster_name,
+                "kubeconfig": self.kubeconfig,
+                "oidcProviderArn": self.oidc_provider_arn,
+            }
+        )
+
+    def _keys(
+        self,
+        name: str,
+        config: ClusterConfig,
+        cluster_name: str,
+        account_id: str,
+        region: str,
+        partition: str,
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """The secrets key and the volumes key (the stack's own, or the given ones)."""
         # The stack's keys are retained: neither a key setting's change nor `destroy` may schedule the
         # deletion of a key EKS, a node's volume or Prometheus's kept volume still uses (planning/keys.py).
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True))
@@ -194,7 +234,6 @@ class Cluster(pulumi.ComponentResource):
             config.secrets_kms_key_arn,
             f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
         )
-        key_arn = self.secrets_key_arn
 
         self.volume_key_arn = key(
             "volumes",
@@ -204,6 +243,10 @@ class Cluster(pulumi.ComponentResource):
         )
         self.root_volume_transform = encrypted_root_volume(self.volume_key_arn)
 
+    def _node_role(
+        self, name: str, cluster_name: str, partition: str, child: pulumi.ResourceOptions
+    ) -> list[aws.iam.RolePolicyAttachment]:
+        """The nodes' role and its managed policies (the attachments a node group waits for)."""
         self.node_role = aws.iam.Role(
             f"{name}-node",
             assume_role_policy=aws.iam.get_policy_document_output(
@@ -231,6 +274,20 @@ class Cluster(pulumi.ComponentResource):
             for policy in NODE_POLICIES
         ]
 
+        return attachments
+
+    def _control_plane(
+        self,
+        name: str,
+        config: ClusterConfig,
+        cluster_name: str,
+        access_entries: Sequence[AccessEntry],
+        vpc_id: pulumi.Input[str],
+        private_subnet_ids: pulumi.Input[list[str]],
+        partition: str,
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """The EKS cluster (pulumi-eks) and the log group its control plane writes to."""
         # EKS writes control-plane logs to this group and would create it without retention, and
         # outside Pulumi, so that it outlived `pulumi destroy`.
         log_groups = (
@@ -276,7 +333,7 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=True,
             endpoint_public_access=config.endpoint_public_access,
             public_access_cidrs=[str(c) for c in config.public_access_cidrs or []] or None,
-            encryption_config_key_arn=key_arn,
+            encryption_config_key_arn=self.secrets_key_arn,
             enabled_cluster_log_types=list(config.log_types),
             # Without a default node group pulumi-eks creates no coredns add-on anyway; say so, since
             # ours follows the system nodes (below).
@@ -290,14 +347,16 @@ class Cluster(pulumi.ComponentResource):
             cluster_tags={"Name": cluster_name},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=log_groups)),
         )
-        # Known before the cluster exists, but carrying the dependency on it: what is created with the
-        # name (Pod Identity associations) must wait for the cluster.
-        self.cluster_name = self.eks_cluster.urn.apply(lambda _: cluster_name)
 
-        self.vpc_cni = self._vpc_cni(name, cluster_name, config.kubernetes_version, partition, child)
-        self.node_dependencies = [*attachments, self.vpc_cni]
-
-        system = system_nodes
+    def _system_nodes(
+        self,
+        name: str,
+        system: SystemNodesConfig,
+        cluster_name: str,
+        private_subnet_ids: pulumi.Input[list[str]],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """The system node group, and the add-ons that run on it: coredns and the Pod Identity agent."""
         self.system_node_group = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks_cluster,
@@ -326,7 +385,7 @@ class Cluster(pulumi.ComponentResource):
             # The newest coredns for this Kubernetes version, as pulumi-eks resolves its own add-ons:
             # bumping kubernetesVersion updates it after the control plane and the system nodes.
             addon_version=aws.eks.get_addon_version_output(
-                addon_name="coredns", kubernetes_version=config.kubernetes_version, most_recent=True
+                addon_name="coredns", kubernetes_version=self.kubernetes_version, most_recent=True
             ).version,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
@@ -342,27 +401,12 @@ class Cluster(pulumi.ComponentResource):
             addon_name="eks-pod-identity-agent",
             addon_version=aws.eks.get_addon_version_output(
                 addon_name="eks-pod-identity-agent",
-                kubernetes_version=config.kubernetes_version,
+                kubernetes_version=self.kubernetes_version,
                 most_recent=True,
             ).version,
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[self.eks_cluster, self.system_node_group])
             ),
-        )
-
-        # pulumi-eks does not mark the kubeconfig secret (it holds no credentials, only an
-        # `aws eks get-token` call); we do, so it never shows in logs or plain state.
-        self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
-        self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
-
-        self.register_outputs(
-            {
-                "volumeKeyArn": self.volume_key_arn,
-                "clusterName": self.cluster_name,
-                "kubeconfig": self.kubeconfig,
-                "oidcProviderArn": self.oidc_provider_arn,
-            }
         )
 
     def _vpc_cni(

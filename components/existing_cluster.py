@@ -133,33 +133,7 @@ class ExistingCluster(pulumi.ComponentResource):
             ).arn
         )
 
-        self.node_role = aws.iam.Role(
-            f"{name}-node",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
-            description=f"ray-llm-eks nodes in EKS cluster {cluster.name}",
-            opts=child,
-        )
-        policies = [*NODE_POLICIES, *([VPC_CNI_POLICY] if cni_uses_node_role else [])]
-        self.node_dependencies = [
-            aws.iam.RolePolicyAttachment(
-                f"{name}-node-{policy}",
-                role=self.node_role.name,
-                policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
-                opts=child,
-            )
-            for policy in policies
-        ]
+        self._node_role(name, cluster.name, partition, cni_uses_node_role, child)
 
         self.system_node_group = managed_node_group(
             f"{name}-system",
@@ -199,10 +173,64 @@ class ExistingCluster(pulumi.ComponentResource):
             else None
         )
 
+        self._access(name, cluster.name, access_entries, partition, ours, child)
+
+        self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, get_token))
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        self._preview_readers(name, access_entries)
+        self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})
+
+    def _node_role(
+        self,
+        name: str,
+        cluster_name: str,
+        partition: str,
+        cni_uses_node_role: bool,
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """The stack's nodes' role and its policies (the VPC CNI's too, where aws-node borrows it)."""
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            description=f"ray-llm-eks nodes in EKS cluster {cluster_name}",
+            opts=child,
+        )
+        policies = [*NODE_POLICIES, *([VPC_CNI_POLICY] if cni_uses_node_role else [])]
+        self.node_dependencies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=self.node_role.name,
+                policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+                opts=child,
+            )
+            for policy in policies
+        ]
+
+    def _access(
+        self,
+        name: str,
+        cluster_name: str,
+        access_entries: Sequence[AccessEntry],
+        partition: str,
+        ours: dict[str, str],
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """An access entry and its policy association for each principal the stack file lists."""
         for entry in access_entries:
             created = aws.eks.AccessEntry(
                 f"{name}-access-{entry.key}",
-                cluster_name=cluster.name,
+                cluster_name=cluster_name,
                 principal_arn=entry.principal_arn,
                 kubernetes_groups=list(entry.kubernetes_groups) or None,
                 tags=ours,
@@ -210,15 +238,15 @@ class ExistingCluster(pulumi.ComponentResource):
             )
             aws.eks.AccessPolicyAssociation(
                 f"{name}-access-{entry.key}",
-                cluster_name=cluster.name,
+                cluster_name=cluster_name,
                 principal_arn=created.principal_arn,
                 policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{entry.policy}",
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=child,
             )
 
-        self.kubeconfig = pulumi.Output.secret(kubeconfig(plan, get_token))
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+    def _preview_readers(self, name: str, access_entries: Sequence[AccessEntry]) -> None:
+        """The stack's own RBAC group for the viewers' previews, on the cluster."""
         # What the viewers' previews list here beyond AmazonEKSViewPolicy; the group is the stack's own.
         on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
         for group in sorted({g for entry in access_entries for g in entry.kubernetes_groups}):
@@ -233,4 +261,3 @@ class ExistingCluster(pulumi.ComponentResource):
                 subjects=binding["subjects"],
                 opts=on_cluster,
             )
-        self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

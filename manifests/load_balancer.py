@@ -75,6 +75,87 @@ def _statement(actions: list[str], resources: list[str] | str = "*", **condition
     return statement
 
 
+READ_ACTIONS = (
+    *(
+        f"ec2:{action}"
+        for action in (
+            "DescribeAccountAttributes",
+            "DescribeAddresses",
+            "DescribeAvailabilityZones",
+            "DescribeInternetGateways",
+            "DescribeVpcs",
+            "DescribeVpcPeeringConnections",
+            "DescribeSubnets",
+            "DescribeSecurityGroups",
+            "DescribeInstances",
+            "DescribeNetworkInterfaces",
+            "DescribeTags",
+            "GetCoipPoolUsage",
+            "DescribeCoipPools",
+            "GetSecurityGroupsForVpc",
+            "DescribeIpamPools",
+            "DescribeRouteTables",
+        )
+    ),
+    *(
+        f"elasticloadbalancing:{action}"
+        for action in (
+            "DescribeLoadBalancers",
+            "DescribeLoadBalancerAttributes",
+            "DescribeListeners",
+            "DescribeListenerCertificates",
+            "DescribeSSLPolicies",
+            "DescribeRules",
+            "DescribeTargetGroups",
+            "DescribeTargetGroupAttributes",
+            "DescribeTargetHealth",
+            "DescribeTags",
+            "DescribeTrustStores",
+            "DescribeListenerAttributes",
+            "DescribeCapacityReservation",
+        )
+    ),
+)
+"""What the controller reads (upstream iam_policy.json v3.5.0's Describe and Get statements): any resource."""
+
+
+def _security_group_statements(ec2: str, vpc_arn: str, cluster_name: str) -> list[dict[str, Any]]:
+    """The controller's security groups: made in the VPC and tagged for this cluster; changed only there."""
+    ours = {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}
+    made_ours = {f"aws:RequestTag/{CLUSTER_TAG}": cluster_name}
+    untagging_request = {f"aws:RequestTag/{CLUSTER_TAG}": "true"}
+    return [
+        # Upstream allows this on any security group; its installation guide suggests the VPC.
+        _statement(
+            ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
+            ArnEquals={"ec2:Vpc": vpc_arn},
+        ),
+        # A new security group: in the VPC (ec2:CreateSecurityGroup has no ec2:Vpc key, so the VPC
+        # is its resource), tagged for this cluster as it is created.
+        _statement(["ec2:CreateSecurityGroup"], vpc_arn),
+        _statement(["ec2:CreateSecurityGroup"], f"{ec2}:security-group/*", StringEquals=made_ours),
+        _statement(
+            ["ec2:CreateTags"],
+            f"{ec2}:security-group/*",
+            StringEquals={"ec2:CreateAction": "CreateSecurityGroup", **made_ours},
+        ),
+        _statement(
+            ["ec2:CreateTags", "ec2:DeleteTags"],
+            f"{ec2}:security-group/*",
+            Null=untagging_request,
+            StringEquals=ours,
+        ),
+        _statement(
+            [
+                "ec2:AuthorizeSecurityGroupIngress",
+                "ec2:RevokeSecurityGroupIngress",
+                "ec2:DeleteSecurityGroup",
+            ],
+            StringEquals=ours,
+        ),
+    ]
+
+
 def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[str, Any]:
     """The controller's IAM policy (upstream iam_policy.json v3.5.0), narrowed to what this stack uses:
     ARNs in `partition`; NLBs only (no ALB rules, WAF, Shield or Cognito, which only Ingresses use);
@@ -89,47 +170,6 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
     made_ours = {f"aws:RequestTag/{CLUSTER_TAG}": cluster_name}
     untagging_request = {f"aws:RequestTag/{CLUSTER_TAG}": "true"}
     load_balancers_and_groups = [f"{elb}:targetgroup/*/*", f"{elb}:loadbalancer/net/*/*"]
-    describe = [
-        *(
-            f"ec2:{action}"
-            for action in (
-                "DescribeAccountAttributes",
-                "DescribeAddresses",
-                "DescribeAvailabilityZones",
-                "DescribeInternetGateways",
-                "DescribeVpcs",
-                "DescribeVpcPeeringConnections",
-                "DescribeSubnets",
-                "DescribeSecurityGroups",
-                "DescribeInstances",
-                "DescribeNetworkInterfaces",
-                "DescribeTags",
-                "GetCoipPoolUsage",
-                "DescribeCoipPools",
-                "GetSecurityGroupsForVpc",
-                "DescribeIpamPools",
-                "DescribeRouteTables",
-            )
-        ),
-        *(
-            f"elasticloadbalancing:{action}"
-            for action in (
-                "DescribeLoadBalancers",
-                "DescribeLoadBalancerAttributes",
-                "DescribeListeners",
-                "DescribeListenerCertificates",
-                "DescribeSSLPolicies",
-                "DescribeRules",
-                "DescribeTargetGroups",
-                "DescribeTargetGroupAttributes",
-                "DescribeTargetHealth",
-                "DescribeTags",
-                "DescribeTrustStores",
-                "DescribeListenerAttributes",
-                "DescribeCapacityReservation",
-            )
-        ),
-    ]
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -137,37 +177,10 @@ def controller_policy(partition: str, vpc_arn: str, cluster_name: str) -> dict[s
                 ["iam:CreateServiceLinkedRole"],
                 StringEquals={"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"},
             ),
-            _statement(describe),
+            _statement(list(READ_ACTIONS)),
             # TLS listeners: the certificate the NLB terminates with.
             _statement(["acm:ListCertificates", "acm:DescribeCertificate"]),
-            # Upstream allows this on any security group; its installation guide suggests the VPC.
-            _statement(
-                ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
-                ArnEquals={"ec2:Vpc": vpc_arn},
-            ),
-            # A new security group: in the VPC (ec2:CreateSecurityGroup has no ec2:Vpc key, so the VPC
-            # is its resource), tagged for this cluster as it is created.
-            _statement(["ec2:CreateSecurityGroup"], vpc_arn),
-            _statement(["ec2:CreateSecurityGroup"], f"{ec2}:security-group/*", StringEquals=made_ours),
-            _statement(
-                ["ec2:CreateTags"],
-                f"{ec2}:security-group/*",
-                StringEquals={"ec2:CreateAction": "CreateSecurityGroup", **made_ours},
-            ),
-            _statement(
-                ["ec2:CreateTags", "ec2:DeleteTags"],
-                f"{ec2}:security-group/*",
-                Null=untagging_request,
-                StringEquals=ours,
-            ),
-            _statement(
-                [
-                    "ec2:AuthorizeSecurityGroupIngress",
-                    "ec2:RevokeSecurityGroupIngress",
-                    "ec2:DeleteSecurityGroup",
-                ],
-                StringEquals=ours,
-            ),
+            *_security_group_statements(ec2, vpc_arn, cluster_name),
             _statement(
                 ["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"],
                 StringEquals=made_ours,

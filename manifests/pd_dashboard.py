@@ -212,11 +212,22 @@ def scaling_description(settings: Settings) -> str:
     )
 
 
-def panels(settings: Settings) -> list[dict[str, Any]]:
+def _view(settings: Settings) -> tuple[float, str, str, str, str, str]:
+    """What every row's panels read: the TTFT objective, the serving mode, its deployments (as a regex
+    and as a selector), the KV row's title and what a panel that only disaggregation has says."""
     objective = settings.observability.ttft_objective_seconds
     mode = settings.serving.mode
     deployments = DEPLOYMENTS[mode]
     sides = f'{CLUSTER}, deployment=~"{deployments}"'
+    # What only prefill/decode disaggregation has: said so on the panels in aggregated mode.
+    nixl_row = "KV cache over NIXL (EFA)" + (": does not apply (aggregated)" if mode == "aggregated" else "")
+    pd_only = NOT_APPLICABLE if mode == "aggregated" else ""
+    return objective, mode, deployments, sides, nixl_row, pd_only
+
+
+def _latency_and_load(settings: Settings) -> list[dict[str, Any]]:
+    """The rows of latency and load per side."""
+    objective, _mode, deployments, _sides, _nixl_row, _pd_only = _view(settings)
 
     def side_quantile(q: float, histogram: str) -> str:
         return quantile(q, histogram, deployments=deployments)
@@ -224,9 +235,6 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
     def by_side(selector: str) -> str:
         return per_side(selector, deployments)
 
-    # What only prefill/decode disaggregation has: said so on the panels in aggregated mode.
-    nixl_row = "KV cache over NIXL (EFA)" + (": does not apply (aggregated)" if mode == "aggregated" else "")
-    pd_only = NOT_APPLICABLE if mode == "aggregated" else ""
     return [
         _row(1, "Latency per side", 0),
         _panel(
@@ -287,6 +295,20 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             10,
             "Of each engine's KV-cache blocks; near 100 % for minutes, requests queue.",
         ),
+    ]
+
+
+def _kv_and_gpus(settings: Settings) -> list[dict[str, Any]]:
+    """The rows of the KV cache over NIXL and of the GPUs."""
+    _objective, _mode, deployments, _sides, nixl_row, pd_only = _view(settings)
+
+    def side_quantile(q: float, histogram: str) -> str:
+        return quantile(q, histogram, deployments=deployments)
+
+    def by_side(selector: str) -> str:
+        return per_side(selector, deployments)
+
+    return [
         _row(7, nixl_row, 18),
         _panel(
             8,
@@ -358,6 +380,20 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             28,
             "vLLM takes gpuMemoryUtilization of it at start; it stays flat.",
         ),
+    ]
+
+
+def _throughput_scaling_routing(settings: Settings) -> list[dict[str, Any]]:
+    """The rows of throughput, scaling, routing and KV failures."""
+    _objective, _mode, deployments, sides, _nixl_row, _pd_only = _view(settings)
+
+    def side_quantile(q: float, histogram: str) -> str:
+        return quantile(q, histogram, deployments=deployments)
+
+    def by_side(selector: str) -> str:
+        return per_side(selector, deployments)
+
+    return [
         _row(14, "Throughput", 36),
         _panel(
             15,
@@ -436,6 +472,10 @@ def panels(settings: Settings) -> list[dict[str, Any]]:
             "(NixlTransfersKeepFailing); requests end with an error where model.kvLoadFailurePolicy is fail.",
         ),
     ]
+
+
+def panels(settings: Settings) -> list[dict[str, Any]]:
+    return [*_latency_and_load(settings), *_kv_and_gpus(settings), *_throughput_scaling_routing(settings)]
 
 
 def pd_dashboard(settings: Settings) -> dict[str, Any]:

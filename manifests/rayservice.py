@@ -213,7 +213,8 @@ def policy_scope(settings: Settings, plan: Plan) -> dict[str, str]:
     the `job` labels of the stack's PodMonitors (`<monitor namespace>/<name>`, prometheus-operator's
     promcfg.go), so a series another workload pushes into a shared Prometheus is not read."""
     jobs = sorted(
-        f"{m['metadata']['namespace']}/{m['metadata']['name']}" for m in pod_monitors(settings, plan.cluster)
+        f"{m['metadata']['namespace']}/{m['metadata']['name']}"
+        for m in pod_monitors(settings, plan.cluster_context)
     )
     return {"namespace": settings.serving.namespace, "jobs": "|".join(jobs)}
 
@@ -301,19 +302,14 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
     )
 
 
-def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
-    serving, model = settings.serving, settings.model
-    hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
-    image = plan.image
-    serve_config = serve_config_of(settings, plan)
-    gpu = plan.gpu
-    worker_size = plan.worker
-    tp = model.tensor_parallel_size
-    head = serving.head
+def _head_pod(settings: Settings, plan: Plan) -> PodSpec:
+    """The Ray head's pod: on the system nodes, no GPU; the autoscaler's sidecar where Ray autoscales."""
+    head = settings.serving.head
     where = placement(settings)
     plugins_on_head = head_plugins(settings, plan)
+    image = plan.image
 
-    head_pod = PodSpec(
+    return PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
         node_selector=where.system_selector,
         tolerations=tolerations_of(where.system_tolerations),
@@ -330,7 +326,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     *(
                         EnvVar(name=k, value=v)
                         for k, v in (
-                            head_dashboard_env(plan.cluster) if settings.observability.enabled else {}
+                            head_dashboard_env(plan.cluster_context) if settings.observability.enabled else {}
                         ).items()
                     ),
                     *([EnvVar(name="PYTHONPATH", value=RAY_PLUGINS_PATH)] if plugins_on_head else []),
@@ -358,6 +354,11 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         security_context=PodSecurityContext(seccomp_profile=SeccompProfile(type="RuntimeDefault")),
     )
 
+
+def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
+    """The GPU workers' environment: the KV transfer's (EFA, NIXL, UCX), the model cache's, the token's."""
+    hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
+    gpu = plan.gpu
     env = [
         # libfabric's EFA provider; NIXL's LIBFABRIC backend goes through it.
         EnvVar(name="FI_PROVIDER", value="efa"),
@@ -393,6 +394,16 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                 ),
             )
         )
+    return env
+
+
+def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
+    """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache."""
+    worker_size = plan.worker
+    tp = settings.model.tensor_parallel_size
+    where = placement(settings)
+    image = plan.image
+    env = _worker_env(settings, plan)
     worker_limits = {
         "cpu": worker_size.cpu,
         "memory": worker_size.memory,
@@ -400,7 +411,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
         EFA_RESOURCE: str(plan.efa_per_worker),
     }
     tolerations = tolerations_of([where.gpu_toleration]) if settings.gpu_nodes.taint else None
-    worker_pod = PodSpec(
+    return PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
         termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
         + TERMINATION_MARGIN_SECONDS,
@@ -440,6 +451,14 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
             Volume(name="plugins", config_map=ConfigMapVolumeSource(name=RAY_PLUGINS)),
         ],
     )
+
+
+def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
+    serving = settings.serving
+    tp = settings.model.tensor_parallel_size
+    serve_config = serve_config_of(settings, plan)
+    head_pod = _head_pod(settings, plan)
+    worker_pod = _worker_pod(settings, plan)
 
     workers, most = plan.gpu_workers, plan.max_gpu_workers
     autoscaler = requests.RAY_AUTOSCALER

@@ -40,21 +40,42 @@ def progress(message: str) -> None:
     print(f"ops: {message}", file=sys.stderr, flush=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ops",
-        description="Render the serving layer offline, or report on and smoke-test a deployed stack.",
-        epilog="Exit codes: 0 success, 1 a check failed, 2 usage or configuration error.",
+ROOT_HELP = f"directory holding Pulumi.yaml and the stack files (default: {PROJECT_ROOT})"
+Subparsers = argparse._SubParsersAction
+"""What `add_subparsers` returns: each command adds its parser to it."""
+
+
+def _of_stack(sub: argparse.ArgumentParser, stack_help: str) -> None:
+    """A command that needs a stack: --stack (required) and where its files are (--root)."""
+    sub.add_argument("--stack", required=True, metavar="NAME", help=stack_help)
+    sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=ROOT_HELP)
+
+
+def _of_cluster(sub: argparse.ArgumentParser) -> None:
+    """A command that talks to the cluster: a kubeconfig or a stack's, the RayService's namespace and name."""
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig to use (default: KUBECONFIG or ~/.kube/config, unless --stack)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    where.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="take the kubeconfig from `pulumi stack output kubeconfig` of this stack, and the "
+        "namespace, name and model from Pulumi.NAME.yaml",
+    )
+    sub.add_argument(
+        "--namespace",
+        help=f"namespace of the RayService (default: the stack's, else {DEFAULT_NAMESPACE})",
+    )
+    sub.add_argument("--name", help=f"RayService name (default: the stack's, else {DEFAULT_NAME})")
+    sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=ROOT_HELP)
 
-    root_help = f"directory holding Pulumi.yaml and the stack files (default: {PROJECT_ROOT})"
 
-    def of_stack(sub: argparse.ArgumentParser, stack_help: str) -> None:
-        """A command that needs a stack: --stack (required) and where its files are (--root)."""
-        sub.add_argument("--stack", required=True, metavar="NAME", help=stack_help)
-        sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
-
+def _plan_parser(commands: Subparsers) -> None:
+    """`ops plan`: the program run offline, reported."""
     plan = commands.add_parser(
         "plan",
         help="offline: what a preview would create, the hardware fit, the nodes and the hourly cost",
@@ -64,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and the hourly cost by part, from your last preview's cached Price List answers or else from "
         "the project's dated price snapshot (the report says which).",
     )
-    of_stack(plan, "stack name: reads Pulumi.NAME.yaml")
+    _of_stack(plan, "stack name: reads Pulumi.NAME.yaml")
     plan.add_argument(
         "--reservation-kind",
         choices=["odcr", "capacity-block"],
@@ -72,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the reservation gpuNodes.capacityReservation names is mocked as (only EC2 knows): an "
         "On-Demand Capacity Reservation (default) or a Capacity Block, active for a week from yesterday",
     )
+
+
+def _preflight_parser(commands: Subparsers) -> None:
+    """`ops preflight`: what `pulumi up` needs from this machine and the account."""
     preflight = commands.add_parser(
         "preflight",
         help="before `pulumi up`: Pulumi CLI, AWS CLI v2, credentials and account, region, EC2 vCPU quotas",
@@ -80,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and the EC2 On-Demand vCPU quotas there against both node groups at maxSize. Exits 2 when "
         "anything is missing.",
     )
-    of_stack(preflight, "stack name: reads Pulumi.NAME.yaml")
+    _of_stack(preflight, "stack name: reads Pulumi.NAME.yaml")
+
+
+def _render_parser(commands: Subparsers) -> None:
+    """`ops render`: the Kubernetes objects the stack applies, as YAML."""
     render = commands.add_parser(
         "render",
         help="print every Kubernetes object of the serving layer, endpoint and metrics stack as YAML",
@@ -89,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboards) as multi-document YAML: the same functions the Pulumi program calls. Secrets' values "
         "are placeholders; the Helm charts' own objects are not included.",
     )
-    of_stack(render, "stack name: reads Pulumi.NAME.yaml")
+    _of_stack(render, "stack name: reads Pulumi.NAME.yaml")
     render.add_argument(
         "--account-id",
         metavar="ID",
@@ -105,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         "to auto are rendered as installed: only a preview looks at what the cluster runs",
     )
 
+
+def _status_parser(commands: Subparsers) -> None:
+    """`ops status`: the deployed RayService, its pods and GPU/EFA capacity."""
     status = commands.add_parser(
         "status",
         help="RayService and application status, Ray pods and their nodes, GPU/EFA capacity",
@@ -112,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         "application's status; every Ray pod with its node and phase; and each GPU node's allocatable "
         "nvidia.com/gpu and vpc.amazonaws.com/efa. Exits 1 when the RayService does not exist.",
     )
+    _of_cluster(status)
+
+
+def _verify_parser(commands: Subparsers) -> None:
+    """`ops verify`: the smoke test after `pulumi up`."""
     verify = commands.add_parser(
         "verify",
         help="smoke test after `pulumi up`: models, a streamed chat, the KV path (backend, a transfer "
@@ -126,6 +163,41 @@ def build_parser() -> argparse.ArgumentParser:
         "key from the stack's `apiKeys` output; without it, to the serve Service. --base-url calls a URL "
         f"instead (the key then from --stack, else ${API_KEY_ENV}). Exits 1 if any check fails.",
     )
+    _of_cluster(verify)
+    verify.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="call the OpenAI API here instead of through the API server, e.g. http://127.0.0.1:8000/v1 "
+        "after `kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000`",
+    )
+    verify.add_argument(
+        "--model", metavar="ID", help=f"model id (default: the stack's, else {DEFAULT_MODEL})"
+    )
+    verify.add_argument(
+        "--kv-probe-mib",
+        type=_probe_mib,
+        default=256,
+        metavar="N",
+        help="MiB the KV transfer probe moves between two GPU workers through NIXL, five times (default "
+        "256, in 4 MiB blocks; up to 4096); 0 skips the probe",
+    )
+    verify.add_argument(
+        "--kv-floor",
+        type=_positive_float,
+        metavar="GB/S",
+        help="the least KV transfer rate to accept, instead of the plan's floor (the preview's "
+        '"KV transfer floor" line)',
+    )
+    verify.add_argument(
+        "--client",
+        metavar="NAME",
+        help="whose API key to use, of the stack's endpoint.clients (default: `default`, else the "
+        "first by name)",
+    )
+
+
+def _dashboards_parser(commands: Subparsers) -> None:
+    """`ops dashboards`: Grafana, Prometheus and the Ray dashboard port-forwarded."""
     dashboards = commands.add_parser(
         "dashboards",
         help="Grafana, Prometheus and the Ray dashboard on localhost (kubectl port-forward), until Ctrl-C",
@@ -134,13 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
         "the stack's kubeconfig, print their URLs and Grafana's login, and keep them open until Ctrl-C. "
         "Needs kubectl and the stack's metrics stack (observability.enabled).",
     )
+    _of_cluster(dashboards)
+
+
+def _summary_parser(commands: Subparsers) -> None:
+    """`ops summary`: the stack's outputs as Markdown."""
     summary = commands.add_parser(
         "summary",
         help="the deployed stack's outputs as Markdown (secrets masked), for a CI job summary",
         description="Print the stack's outputs as a Markdown table, from `pulumi stack output --json` "
         "without --show-secrets: Pulumi masks every secret output, so nothing secret is printed.",
     )
-    of_stack(summary, "the deployed stack")
+    _of_stack(summary, "the deployed stack")
+
+
+def _bench_parser(commands: Subparsers) -> None:
+    """`ops bench`: a load test in the cluster."""
     bench = commands.add_parser(
         "bench",
         help="load test in the cluster (vllm bench serve): latency percentiles, tokens/s, $ per 1M tokens",
@@ -152,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one Job per concurrency. `python -m ops bench compare A.json B.json` compares result files "
         "(--help there). Exits 1 if requests failed or the Job failed.",
     )
-    of_stack(bench, "the deployed stack (its kubeconfig, endpoint and keys)")
+    _of_stack(bench, "the deployed stack (its kubeconfig, endpoint and keys)")
     bench.add_argument(
         "--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)"
     )
@@ -187,56 +268,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig to use (default: the stack's output)"
     )
-    for sub in (status, verify, dashboards):
-        where = sub.add_mutually_exclusive_group()
-        where.add_argument(
-            "--kubeconfig",
-            type=Path,
-            metavar="FILE",
-            help="kubeconfig to use (default: KUBECONFIG or ~/.kube/config, unless --stack)",
-        )
-        where.add_argument(
-            "--stack",
-            metavar="NAME",
-            help="take the kubeconfig from `pulumi stack output kubeconfig` of this stack, and the "
-            "namespace, name and model from Pulumi.NAME.yaml",
-        )
-        sub.add_argument(
-            "--namespace",
-            help=f"namespace of the RayService (default: the stack's, else {DEFAULT_NAMESPACE})",
-        )
-        sub.add_argument("--name", help=f"RayService name (default: the stack's, else {DEFAULT_NAME})")
-        sub.add_argument("--root", type=Path, default=PROJECT_ROOT, metavar="DIR", help=root_help)
-    verify.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="call the OpenAI API here instead of through the API server, e.g. http://127.0.0.1:8000/v1 "
-        "after `kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000`",
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m ops`: each command adds its own parser (the `_*_parser` functions above)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ops",
+        description="Render the serving layer offline, or report on and smoke-test a deployed stack.",
+        epilog="Exit codes: 0 success, 1 a check failed, 2 usage or configuration error.",
     )
-    verify.add_argument(
-        "--model", metavar="ID", help=f"model id (default: the stack's, else {DEFAULT_MODEL})"
-    )
-    verify.add_argument(
-        "--kv-probe-mib",
-        type=_probe_mib,
-        default=256,
-        metavar="N",
-        help="MiB the KV transfer probe moves between two GPU workers through NIXL, five times (default "
-        "256, in 4 MiB blocks; up to 4096); 0 skips the probe",
-    )
-    verify.add_argument(
-        "--kv-floor",
-        type=_positive_float,
-        metavar="GB/S",
-        help="the least KV transfer rate to accept, instead of the plan's floor (the preview's "
-        '"KV transfer floor" line)',
-    )
-    verify.add_argument(
-        "--client",
-        metavar="NAME",
-        help="whose API key to use, of the stack's endpoint.clients (default: `default`, else the "
-        "first by name)",
-    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _plan_parser,
+        _preflight_parser,
+        _render_parser,
+        _status_parser,
+        _verify_parser,
+        _dashboards_parser,
+        _summary_parser,
+        _bench_parser,
+    ):
+        add(commands)
     return parser
 
 

@@ -1,6 +1,6 @@
 """`ops plan`: what a `pulumi preview` of a stack would show, offline, in one screen.
 
-The Pulumi program runs offline (ops/offline.py: under Pulumi's mocks, no Pulumi CLI, no AWS, no
+The Pulumi program runs offline (ops/mocked_run.py: under Pulumi's mocks, no Pulumi CLI, no AWS, no
 cluster) against the offline world the stack file implies (world/offline.py, the world the tests read
 too), so what it registers is what a preview of a first `up` would create. The report:
 the preview's warnings, the hardware and fit summaries the program logs, the nodes, the resources by
@@ -25,7 +25,7 @@ from typing import Any
 
 from config import Settings
 from ops.kube import OpsError
-from ops.offline import StackRun, run_offline
+from ops.mocked_run import StackRun, run_offline
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
 from planning.names import stack_files_beside
 from planning.price_snapshot import snapshot_prices

@@ -79,7 +79,7 @@ def secret(name: str, namespace: str, placeholders: dict[str, str]) -> dict[str,
 def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
     """What the program applies, from the settings and the plan (with the cluster's context: its own,
     or an existing one's as `--vpc-cidr` describes it)."""
-    context = plan.cluster
+    context = plan.cluster_context
     traffic = Stack(settings, context, plan.kv_path)
     serving = build_serving(settings, plan)
     jobs = [serving.model_copy] if serving.model_copy else []

@@ -99,7 +99,7 @@ class Plan:
         return self.max_gpu_workers > self.gpu_workers
 
     @property
-    def cluster(self) -> ClusterContext:
+    def cluster_context(self) -> ClusterContext:
         """The cluster's context; an existing cluster's is set once read (`__main__.py`, `ops render`)."""
         if self.context is None:
             raise ValueError("the existing cluster's context is read at preview: plan it with its facts")
@@ -350,6 +350,32 @@ def _image(settings: Settings) -> str:
     return versions.regional_image(settings.region, serving.image_digest)
 
 
+def _capacity_problems(
+    settings: Settings, gpu: InstanceType, per_node: int, workers: int, max_workers: int, capacity: int
+) -> list[str]:
+    """What the GPU nodes at maxSize cannot host, and privileged workers that would share a node's GPUs."""
+    found: list[str] = []
+    if max_workers > capacity:
+        which = (
+            "model.prefillReplicas + model.decodeReplicas"
+            if max_workers == workers
+            else "autoscaling.prefill.maxReplicas + autoscaling.decode.maxReplicas"
+        )
+        found.append(
+            f"{PROJECT}:{which} = {max_workers} GPU workers at most, but "
+            f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size} x {per_node} worker(s) per "
+            f"{gpu.name} hosts only {capacity}; raise gpuNodes.maxSize (and desiredSize)"
+        )
+    if settings.serving.worker.privileges == "privileged" and per_node > 1 and max_workers > 1:
+        found.append(
+            f"{PROJECT}:serving.worker.privileges is privileged, but {per_node} workers share a "
+            f"{gpu.name} (gpuNodes.instanceType, model.tensorParallelSize): a privileged container sees "
+            "every GPU of the node, so two workers would both start on GPU 0; use ipc-lock, or a "
+            "tensorParallelSize of all the node's GPUs"
+        )
+    return found
+
+
 def plan_stack(
     settings: Settings,
     *,
@@ -414,24 +440,7 @@ def plan_stack(
         warnings.append(idle_nodes)
     warnings += _kv_keys_unused(settings)
     warnings += _prefix_router_without_cache(settings)
-    if max_workers > capacity:
-        which = (
-            "model.prefillReplicas + model.decodeReplicas"
-            if max_workers == workers
-            else "autoscaling.prefill.maxReplicas + autoscaling.decode.maxReplicas"
-        )
-        problems.append(
-            f"{PROJECT}:{which} = {max_workers} GPU workers at most, but "
-            f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size} x {per_node} worker(s) per "
-            f"{gpu.name} hosts only {capacity}; raise gpuNodes.maxSize (and desiredSize)"
-        )
-    if settings.serving.worker.privileges == "privileged" and per_node > 1 and max_workers > 1:
-        problems.append(
-            f"{PROJECT}:serving.worker.privileges is privileged, but {per_node} workers share a "
-            f"{gpu.name} (gpuNodes.instanceType, model.tensorParallelSize): a privileged container sees "
-            "every GPU of the node, so two workers would both start on GPU 0; use ipc-lock, or a "
-            "tensorParallelSize of all the node's GPUs"
-        )
+    problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
     try:
         upgrade = plan_upgrades(settings, system, capacity, max_workers)
     except ValueError as error:

@@ -77,7 +77,7 @@ def own_cluster(
         model_bucket=model_bucket,
     )
     return Where(
-        context=plan.cluster,
+        context=plan.cluster_context,
         gpu_zone=zones.gpu_zone,
         cluster_zones=zones.cluster_zones,
         record=kept,

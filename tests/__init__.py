@@ -1,0 +1,1 @@
+"""The test suite (pytest): tests per concern; tests/fakes/ holds what only tests need."""

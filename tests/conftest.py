@@ -6,7 +6,7 @@
 - The stack files are git's (tests/fakes/pulumi.py): one a person keeps beside them is not the suite's.
 - The stack runs are kept in a temporary directory the xdist workers share (`RUN_CACHE_ENV`): each
   distinct run is made once per session, not once per worker.
-Pulumi state is reset per run by ops/offline.py.
+Pulumi state is reset per run by ops/mocked_run.py.
 """
 
 from __future__ import annotations

@@ -16,10 +16,12 @@ import pytest
 import yaml
 
 from config import ConfigError, load_settings
+from manifests.rayservice import build_rayservice
 from planning import plan_stack
 from planning.cost import PriceCache, cost_report
-from tests.fakes.pulumi import FAKE_PRICES, STACKS, StackRun, run_stack, stack_file_config
+from tests.fakes.pulumi import FAKE_PRICES, STACKS, StackRun, run_stack, stack_file_config, stack_settings
 from tests.validators import crd_errors, crd_package_errors, serve_errors
+from world.offline import ACCOUNT_ID
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -31,13 +33,32 @@ ELASTIC = {
 }
 
 
-def serve_sides(run: StackRun) -> dict[str, dict]:
-    app = yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]
+def rayservice(run: StackRun | dict) -> dict:
+    """The RayService a run registered, or one `built` (a dict already)."""
+    if isinstance(run, dict):
+        return run
+    return {k: run.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def built(**sections: dict) -> dict:
+    """The dev stack file's RayService with some sections' keys overridden, as build_rayservice makes it
+    for the mocked account: what the program registers (test_the_program_registers_what_built_says)."""
+    settings = stack_settings("dev", **sections)
+    made = build_rayservice(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID)).to_dict()
+    return {k: made[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def test_the_program_registers_what_built_says(dev_stack):
+    assert rayservice(dev_stack) == built()
+
+
+def serve_sides(run: StackRun | dict) -> dict[str, dict]:
+    app = yaml.safe_load(rayservice(run)["spec"]["serveConfigV2"])["applications"][0]
     return {side: app["args"][f"{side}_config"]["deployment_config"] for side in ("prefill", "decode")}
 
 
-def cluster_spec(run: StackRun) -> dict:
-    return run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
+def cluster_spec(run: StackRun | dict) -> dict:
+    return rayservice(run)["spec"]["rayClusterConfig"]
 
 
 def release(run: StackRun, chart: str):
@@ -61,7 +82,7 @@ class TestServeReplicasPerSide:
         assert "enableInTreeAutoscaling" not in cluster_spec(dev_stack)
 
     def test_sides_scale_on_their_own_targets(self):
-        run = run_stack(overrides=ELASTIC)
+        run = built(**ELASTIC)
         sides = serve_sides(run)
         assert sides["prefill"]["autoscaling_config"] == {
             "min_replicas": 1,
@@ -73,12 +94,12 @@ class TestServeReplicasPerSide:
         assert sides["decode"]["autoscaling_config"]["max_replicas"] == 3
         assert sides["decode"]["autoscaling_config"]["target_ongoing_requests"] == 32.0
         assert "num_replicas" not in sides["prefill"] and sides["decode"]["max_ongoing_requests"] == 64
-        spec = yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])
+        spec = yaml.safe_load(run["spec"]["serveConfigV2"])
         assert serve_errors(spec) == []  # Ray 2.58's own ServeDeploySchema and LLMConfig
 
     def test_targets_follow_the_config(self):
-        run = run_stack(
-            overrides={
+        run = built(
+            **{
                 **ELASTIC,
                 "autoscaling": {
                     "decode": {"maxReplicas": 3, "targetOngoingRequests": 8, "maxOngoingRequests": 20}
@@ -94,7 +115,7 @@ class TestServeReplicasPerSide:
 
 class TestPodsFollowReplicas:
     def test_kuberay_autoscales_the_worker_group_between_the_sides_minimum_and_maximum(self):
-        run = run_stack(overrides=ELASTIC)
+        run = built(**ELASTIC)
         spec = cluster_spec(run)
         assert spec["enableInTreeAutoscaling"] is True
         options = spec["autoscalerOptions"]
@@ -106,8 +127,7 @@ class TestPodsFollowReplicas:
         assert options["resources"]["requests"] == {"cpu": "200m", "memory": "256Mi"}
         (group,) = spec["workerGroupSpecs"]
         assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 5)
-        rendered = {k: run.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
-        assert crd_errors(rendered) == []
+        assert crd_errors(run) == []
 
     def test_a_serving_worker_is_never_evicted_by_cluster_autoscaler_and_drains_its_requests(self, dev_stack):
         (group,) = cluster_spec(dev_stack)["workerGroupSpecs"]
@@ -145,13 +165,9 @@ class TestPodsFollowReplicas:
     def test_the_upgrade_path_reasons_on_the_most_workers(self):
         """Room for a second cluster means twice the most workers, not twice the fewest."""
         nodes = {"gpuNodes": {"minSize": 0, "desiredSize": 2, "maxSize": 4}}
-        assert run_stack(overrides=nodes).one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {
-            "type": "NewCluster"
-        }
+        assert built(**nodes)["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
         elastic = {**nodes, "autoscaling": {"decode": {"maxReplicas": 2}}}
-        assert run_stack(overrides=elastic).one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {
-            "type": "None"
-        }
+        assert built(**elastic)["spec"]["upgradeStrategy"] == {"type": "None"}
 
 
 class TestNodesFollowPods:

@@ -14,8 +14,10 @@ import json
 import pytest
 
 from config import ConfigError
+from manifests.endpoint import build_endpoint
+from planning import plan_stack
 from tests.fakes import pulumi as harness
-from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, Secret, StackRun, run_stack
+from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, Secret, StackRun, run_stack, stack_settings
 from tests.validators import crd_package_errors
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -451,9 +453,15 @@ class TestPerKeyRateLimit:
 
     @pytest.mark.parametrize(("replicas", "requests", "each"), [(1, 90, 90), (3, 90, 30), (4, 10, 2)])
     def test_the_replicas_share_the_limit_so_no_client_gets_more_in_total(self, replicas, requests, each):
+        """Asked of the gateway's objects build_endpoint makes (tests/test_ops_render.py holds them to
+        what the program applies)."""
         endpoint = {"gatewayReplicas": replicas, "rateLimit": {"requests": requests, "unit": "Second"}}
-        _, rate_limit = self._rate_limit(run_stack(overrides={"endpoint": endpoint}))
-        (rule,) = rate_limit["local"]["rules"]
+        settings = stack_settings("dev", endpoint=endpoint)
+        made = build_endpoint(settings, plan_stack(settings, stack="dev").cluster_context)
+        assert made is not None
+        made_objects = [o.to_dict() for o in made.custom_resources()]
+        (policy,) = [o for o in made_objects if o["kind"] == "BackendTrafficPolicy"]
+        (rule,) = policy["spec"]["rateLimit"]["local"]["rules"]
         assert rule["limit"] == {"requests": each, "unit": "Second"}
         assert each * replicas <= requests
 

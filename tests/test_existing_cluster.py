@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from config import ConfigError, load_settings
+from manifests.observability import scraper
 from tests.fakes import pulumi as fakes
 from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TEAM_WITH_GATEWAY, TeamCluster, _workload
 from tests.fakes.pulumi import (
@@ -26,6 +27,7 @@ from tests.fakes.pulumi import (
     AwsState,
     StackRun,
     deployed,
+    plan_of,
     run_stack,
     stack_file_config,
 )
@@ -241,7 +243,9 @@ class TestAddons:
             namespaces={**TeamCluster().namespaces, "monitoring": labels},
         )
         if selected:
-            assert byo(team).exports["prometheusService"] == "monitoring/prometheus-operated"
+            # Decided in planning (planning/addons.py): the program exports the scraper its plan names
+            # (`prometheusService`, held to the whole program's run by the test above).
+            assert scraper(plan_of(STACK, team=team).cluster_context).ref == "monitoring/prometheus-operated"
         else:
             message = refused(team)
             assert "ruleNamespaceSelector does not match its own namespace monitoring" in message

@@ -12,6 +12,7 @@ import yaml
 
 from config import ConfigError
 from config.serving import ModelConfig
+from manifests.rayservice import build_rayservice
 from ops.kube import ExecResult
 from ops.verify import CHECK_NIXL, VerifyTarget, check_nixl_backend
 from planning import plan_stack
@@ -39,8 +40,11 @@ def model(**keys: Any) -> ModelConfig:
 
 
 def kv_config(run) -> dict[str, Any]:
-    spec = run.one(RAYSERVICE).inputs["spec"]
-    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    return kv_config_in(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])
+
+
+def kv_config_in(serve_config_v2: str) -> dict[str, Any]:
+    (app,) = yaml.safe_load(serve_config_v2)["applications"]
     sides = [
         app["args"][f"{side}_config"]["engine_kwargs"]["kv_transfer_config"] for side in ("prefill", "decode")
     ]
@@ -161,11 +165,18 @@ class TestInTheStack:
             "parametersBillions": 8,
             "kvCacheBytesPerToken": 131072,
         }
-        run = run_stack(overrides={"model": {**model, "kvLeaseSeconds": 60}})
-        kv = kv_config(run)
+
+        def built(**given: Any) -> dict[str, Any]:
+            """The serve config the program applies (tests/test_ops_render.py holds them the same)."""
+            settings = stack_settings("dev", model={**model, **given})
+            return kv_config_in(
+                build_rayservice(settings, plan_stack(settings, stack="dev")).spec.serve_config_v2
+            )
+
+        kv = built(kvLeaseSeconds=60)
         assert kv["kv_load_failure_policy"] == "recompute"
         assert kv["kv_connector_extra_config"]["kv_lease_duration"] == 60
-        failing = kv_config(run_stack(overrides={"model": {**model, "kvLoadFailurePolicy": "fail"}}))
+        failing = built(kvLoadFailurePolicy="fail")
         assert failing["kv_load_failure_policy"] == "fail"
         assert "kv_lease_duration" not in failing["kv_connector_extra_config"]
 

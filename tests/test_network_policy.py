@@ -40,7 +40,7 @@ class Path(NamedTuple):
 
 def traffic_of(s: Any, stack: str = "dev") -> Stack:
     plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-    return Stack(s, plan.cluster, plan.kv_path)
+    return Stack(s, plan.cluster_context, plan.kv_path)
 
 
 def paths_of(s: Any, stack: str = "dev") -> list[Path]:

@@ -15,12 +15,14 @@ from pydantic import ValidationError
 
 from config.autoscaling import AutoscalingConfig
 from config.serving import ModelConfig, ServingConfig
-from manifests.rayservice import RayServiceManifest
+from manifests.rayservice import RayServiceManifest, build_rayservice
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
+from planning import plan_stack
 from planning.kv_path import KvPath
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, StackRun, minimal_config, run_stack, stack_settings
 from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, pod_errors, serve_errors
+from world.offline import ACCOUNT_ID
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 RECORDED_STATUS = fixture_json("rayservice.json")
@@ -40,6 +42,18 @@ def status_selected(entry: str, obj: dict[str, Any]) -> tuple[str, str]:
 def registered(run: StackRun) -> dict[str, Any]:
     reg = run.one(RAYSERVICE)
     return {k: reg.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def built(**sections: dict[str, Any]) -> dict[str, Any]:
+    """The dev stack file's RayService with some sections' keys overridden, as build_rayservice makes
+    it for the mocked account: what the program registers (test_the_program_registers_what_built_says)."""
+    settings = stack_settings("dev", **sections)
+    made = build_rayservice(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID)).to_dict()
+    return {k: made[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def test_the_program_registers_what_built_says(dev_stack: StackRun):
+    assert registered(dev_stack) == built()
 
 
 def serve_config(obj: dict[str, Any]) -> dict[str, Any]:
@@ -166,8 +180,10 @@ class TestSeedFacts:
     def test_any_application_name_is_awaited(self, app: str):
         """pulumi-kubernetes parses waitFor's path per RFC 9535 (since 4.24): `.qwen-pd` is a syntax
         error, and a hard-coded name would wait for an application that does not exist."""
-        run = run_stack(overrides={"serving": {"applicationName": app}})
-        entries = yaml.safe_load(registered(run)["metadata"]["annotations"]["pulumi.com/waitFor"])[1:]
+        # The manifest as the program applies it (tests/test_ops_render.py holds the two the same).
+        settings = stack_settings(serving={"applicationName": app})
+        rayservice = build_rayservice(settings, plan_stack(settings, stack="dev")).to_dict()
+        entries = yaml.safe_load(rayservice["metadata"]["annotations"]["pulumi.com/waitFor"])[1:]
         status = {"activeServiceStatus": {"applicationStatuses": {app: {"status": "RUNNING"}}}}
         assert [status_selected(e, {"status": status}) for e in entries] == [("RUNNING", "RUNNING")]
 
@@ -296,14 +312,11 @@ class TestBrokenObjectsFail:
 
 class TestServingVariants:
     def test_more_decode_replicas_more_workers(self):
-        run = run_stack(
-            overrides={
-                "model": {"decodeReplicas": 3, "extraEngineKwargs": {"enable_prefix_caching": True}},
-                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
-                "serving": {"prefixRouter": {"imbalancedThreshold": 8}},
-            }
+        obj = built(
+            model={"decodeReplicas": 3, "extraEngineKwargs": {"enable_prefix_caching": True}},
+            gpuNodes={"desiredSize": 4, "maxSize": 4},
+            serving={"prefixRouter": {"imbalancedThreshold": 8}},
         )
-        obj = registered(run)
         assert worker_groups(obj)[0]["replicas"] == 4
         args = serve_config(obj)["applications"][0]["args"]
         assert args["prefill_config"]["deployment_config"]["num_replicas"] == 1
@@ -326,20 +339,17 @@ class TestServingVariants:
         assert pd_rule_errors(serve_config(obj)) == []
 
     def test_another_model_and_tensor_parallelism(self):
-        run = run_stack(
-            overrides={
-                "gpuNodes": {"instanceType": "g6e.12xlarge", "acceptIdleGpus": True},
-                "model": {
-                    "id": "qwen3-32b",
-                    "source": "Qwen/Qwen3-32B",
-                    "parametersBillions": 32.8,
-                    "kvCacheBytesPerToken": 262144,
-                    "tensorParallelSize": 2,
-                    "extraEngineKwargs": {"trust_remote_code": True},
-                },
-            }
+        obj = built(
+            gpuNodes={"instanceType": "g6e.12xlarge", "acceptIdleGpus": True},
+            model={
+                "id": "qwen3-32b",
+                "source": "Qwen/Qwen3-32B",
+                "parametersBillions": 32.8,
+                "kvCacheBytesPerToken": 262144,
+                "tensorParallelSize": 2,
+                "extraEngineKwargs": {"trust_remote_code": True},
+            },
         )
-        obj = registered(run)
         pod = worker_groups(obj)[0]["template"]["spec"]
         assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
         assert worker_groups(obj)[0]["rayStartParams"]["num-gpus"] == "2"
@@ -360,7 +370,7 @@ class TestServingVariants:
 
     def test_image_override(self):
         image = "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0"
-        obj = registered(run_stack(overrides={"serving": {"image": image}}))
+        obj = built(serving={"image": image})
         assert {c["image"] for c in [head_pod(obj)["containers"][0]]} == {image}
 
 
@@ -405,10 +415,8 @@ class TestUpgradePath:
 
     def test_one_spare_gpu_node_is_not_room_for_a_second_cluster(self):
         """A second Ray cluster needs as many GPU workers as the first: 3 nodes for 2 + 2 workers is short."""
-        run = run_stack(
-            overrides={"gpuNodes": {"desiredSize": 3, "maxSize": 3}, "systemNodes": {"desiredSize": 2}}
-        )
-        assert run.one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {"type": "None"}
+        obj = built(gpuNodes={"desiredSize": 3, "maxSize": 3}, systemNodes={"desiredSize": 2})
+        assert obj["spec"]["upgradeStrategy"] == {"type": "None"}
 
     def test_spare_gpus_without_room_for_a_second_head_still_recreate(self):
         """A second Ray cluster also needs a second head (2 CPU requested): one m7i.xlarge cannot
@@ -425,13 +433,8 @@ class TestUpgradePath:
         assert reg.delete_before_replace is True
 
     def test_a_larger_system_node_hosts_both_heads(self):
-        run = run_stack(
-            overrides={
-                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
-                "systemNodes": {"instanceType": "m7i.2xlarge"},
-            }
-        )
-        assert run.one(RAYSERVICE).inputs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+        obj = built(gpuNodes={"desiredSize": 4, "maxSize": 4}, systemNodes={"instanceType": "m7i.2xlarge"})
+        assert obj["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
 
     def test_recreate_can_be_forced(self):
         run = run_stack(

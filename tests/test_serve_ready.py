@@ -20,7 +20,10 @@ import pytest
 import yaml
 
 from jobs.serve_ready import verdict, wait
-from tests.fakes.pulumi import ROOT, StackRun, run_stack
+from manifests.rayservice import build_serving
+from planning import plan_stack
+from tests.fakes.pulumi import ROOT, StackRun, run_stack, stack_settings
+from world.offline import ACCOUNT_ID
 
 JOB = "kubernetes:batch/v1:Job"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -232,11 +235,30 @@ class TestTheJob:
             ({"serving": {"readyTimeoutMinutes": 60}}, False),
         ],
     )
-    def test_replaced_when_and_only_when_the_serve_config_changes(self, dev_stack, overrides, replaced):
-        changed = run_stack(overrides=overrides)
-        serve_changed = expected_apps(changed) != expected_apps(dev_stack)
-        assert serve_changed == replaced
-        assert (self.names(changed) != self.names(dev_stack)) == replaced
+    def test_replaced_when_and_only_when_the_serve_config_changes(self, overrides, replaced):
+        """From the manifests the program applies, planned for the mocked account (the program
+        registers the Job and its ConfigMap under these names: the test below): a new metadata.name
+        is a replacement."""
+
+        def built(**sections: dict[str, Any]) -> tuple[list[dict[str, Any]], tuple[str, str]]:
+            settings = stack_settings("dev", **sections)
+            serving = build_serving(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID))
+            check = serving.ready_check
+            names = (check.job.to_dict()["metadata"]["name"], check.config_map["metadata"]["name"])
+            return yaml.safe_load(serving.rayservice.spec.serve_config_v2)["applications"], names
+
+        (apps, names), (changed_apps, changed_names) = built(), built(**overrides)
+        assert (changed_apps != apps) == replaced
+        assert (changed_names != names) == replaced
+
+    def test_the_program_registers_the_job_under_the_manifests_names(self, dev_stack):
+        settings = stack_settings("dev")
+        serving = build_serving(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID))
+        check = serving.ready_check
+        assert self.names(dev_stack) == (
+            check.job.to_dict()["metadata"]["name"],
+            check.config_map["metadata"]["name"],
+        )
 
     def test_runs_after_the_rayservice_on_the_system_nodes(self, dev_stack):
         job = dev_stack.one(JOB, "ray-llm-ready-check")

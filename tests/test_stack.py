@@ -327,7 +327,7 @@ class TestSecureDefaults:
             "inference": ("privileged", "baseline"),
         }
         # On a team's cluster, namespaces only for what the stack installs (the mocked team runs Prometheus).
-        installed = plan_of(stack).cluster.addons
+        installed = plan_of(stack).cluster_context.addons
         if not installed.installs("prometheus"):
             del expected["monitoring"]
         assert levels == expected

@@ -87,7 +87,7 @@ def test_the_scan_catches_a_peer_written_elsewhere():
 def stack_of(stack: str, **sections: dict[str, Any]) -> traffic.Stack:
     s = stack_settings(stack, **sections)
     plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
-    return traffic.Stack(s, plan.cluster, plan.kv_path)
+    return traffic.Stack(s, plan.cluster_context, plan.kv_path)
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -1,4 +1,4 @@
-"""Run the real Pulumi program (__main__.py) offline (ops/offline.py) against the tests' world, and
+"""Run the real Pulumi program (__main__.py) offline (ops/mocked_run.py) against the tests' world, and
 record what it registers.
 
 `AwsState` is what exists in the account before a run; a run reads it as the offline world
@@ -26,7 +26,7 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
 from config.base import load_yaml
-from ops.offline import (
+from ops.mocked_run import (
     FAKE_PRICES,
     NLB_HOSTNAME,
     OfflineMocks,
@@ -254,7 +254,7 @@ class StackMocks(OfflineMocks):
         return None
 
     def answer(self, token: str, given: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
-        """The reads' invokes (what world/aws.py asks), then the components' (ops/offline.py)."""
+        """The reads' invokes (what world/aws.py asks), then the components' (ops/mocked_run.py)."""
         args = pulumi_mocks.MockCallArgs(token, given, "")
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted = args.args["filters"][0]["values"][0]
@@ -380,7 +380,17 @@ LAST_RUN: StackRun | None = None
 """The most recent run, also when the program raised (to show that nothing was registered)."""
 RUN_CACHE_ENV = "RAY_LLM_EKS_TEST_RUNS"
 """A directory the session's runs are kept in, shared by its xdist workers (tests/conftest.py)."""
-_SOURCES = ("__main__.py", "components", "config", "manifests", "planning", "world", "ops", "tests/fakes")
+_SOURCES = (
+    "__main__.py",
+    "components",
+    "config",
+    "manifests",
+    "planning",
+    "program",
+    "world",
+    "ops",
+    "tests/fakes",
+)
 
 
 def _source_digest() -> str:
@@ -428,8 +438,17 @@ def run_stack(
     transforms its resources declared (functions, which do not travel): `with_transforms` makes it
     in this process."""
     global LAST_RUN
+    values = dict(config if config is not None else stack_file_config(stack))
+    for section, changes in (overrides or {}).items():
+        name = f"{PROJECT}:{section}"
+        values[name] = {**values.get(name, {}), **changes}
+    values.update(secrets or {})
+    state = aws or AwsState.for_config(values)
+    # Keyed on what the run reads, not on how a test spelled it: the stack file's config given as
+    # `config` or by name, an override that changes nothing, the account a stack file runs against
+    # given or not, are one run.
     key = json.dumps(
-        [config, stack, overrides, offerings, secrets, aws and vars(aws), price_cache, with_transforms],
+        [values, stack, offerings, secrets, vars(state), price_cache, with_transforms],
         sort_keys=True,
         default=str,
     )
@@ -439,13 +458,7 @@ def run_stack(
     if stored and stored.exists():
         run = _RUNS[key] = pickle.loads(stored.read_bytes())
         return run
-    values = dict(config if config is not None else stack_file_config(stack))
-    for section, changes in (overrides or {}).items():
-        name = f"{PROJECT}:{section}"
-        values[name] = {**values.get(name, {}), **changes}
-    values.update(secrets or {})
 
-    state = aws or AwsState.for_config(values)
     region = str(values.get("aws:region"))
     mocks = StackMocks(
         offerings if offerings is not None else DEFAULT_OFFERINGS,

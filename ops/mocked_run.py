@@ -1,4 +1,4 @@
-"""The Pulumi program (__main__.py) run offline: under Pulumi's mocks, against a `World` that answers
+"""Run the Pulumi program (__main__.py) under Pulumi's mocks, offline, against a `World` that answers
 every read (world/offline.py), recording what it registers. `ops plan` reports from such a run, and
 the tests run every stack this way (tests/fakes/pulumi.py).
 
