@@ -265,6 +265,92 @@ def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
     )
 
 
+def _envoy_proxy(settings: Settings, meta: ObjectMeta) -> EnvoyProxy:
+    """The Gateway's proxies: their replicas, on the system nodes, behind Envoy Gateway's own ClusterIP
+    Service (the NLB's Service is the stack's: `_load_balancer`)."""
+    where = placement(settings)
+    envoy_requests = Resources(
+        requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
+    )
+    return EnvoyProxy(
+        metadata=meta,
+        spec=EnvoyProxySpec(
+            provider=EnvoyProxyProvider(
+                kubernetes=KubernetesProvider(
+                    envoy_deployment=EnvoyDeployment(
+                        replicas=settings.endpoint.gateway_replicas,
+                        pod=EnvoyPod(
+                            node_selector=where.system_selector,
+                            tolerations=tolerations_of(where.system_tolerations),
+                        ),
+                        container=EnvoyContainer(resources=envoy_requests),
+                    ),
+                    envoy_service=EnvoyService(type="ClusterIP"),
+                )
+            )
+        ),
+    )
+
+
+def _security_policy(meta: ObjectMeta, gateway_ref: LocalRef) -> SecurityPolicy:
+    """The API key check: keys from the Secret of the policy's own name."""
+    return SecurityPolicy(
+        metadata=meta,
+        spec=SecurityPolicySpec(
+            # The Gateway, not the route: every route on it needs a key, one added later too. A
+            # route-level SecurityPolicy would replace this one for its route (Envoy Gateway v1.9:
+            # the most specific target wins), and the stack makes none.
+            target_refs=[gateway_ref],
+            api_key_auth=ApiKeyAuth(
+                credential_refs=[SecretRef(name=meta.name)],
+                extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
+                forward_client_id_header=CLIENT_HEADER,
+                sanitize=True,
+            ),
+        ),
+    )
+
+
+def _load_balancer(settings: Settings, context: ClusterContext) -> LoadBalancerService:
+    """The NLB's Service, where Envoy Gateway runs the proxies, selecting the Gateway's proxy pods."""
+    endpoint, name = settings.endpoint, settings.serving.name
+    return LoadBalancerService(
+        metadata=ObjectMeta(
+            name=load_balancer_service_name(name),
+            namespace=gateway_namespace_of(context),
+            annotations=load_balancer_annotations(settings, context),
+        ),
+        spec=LoadBalancerServiceSpec(
+            # Explicit: the API server refuses to change it once set, and nothing else sets it.
+            load_balancer_class=LOAD_BALANCER_CLASS,
+            selector=proxy_selector(name, settings.serving.namespace),
+            ports=[
+                ServicePort(
+                    name="https" if endpoint.tls else "http",
+                    port=endpoint.port,
+                    target_port=ENVOY_CONTAINER_PORT,
+                )
+            ],
+            # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
+            load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or list(context.vpc_cidrs),
+        ),
+    )
+
+
+def _parked_response(meta: ObjectMeta) -> HTTPRouteFilter:
+    """While parked: 503 with `PARKED_MESSAGE`, in place of Ray."""
+    return HTTPRouteFilter(
+        metadata=meta,
+        spec=HTTPRouteFilterSpec(
+            direct_response=DirectResponse(
+                content_type="application/json",
+                body=InlineBody(inline=json.dumps(PARKED_MESSAGE)),
+                status_code=503,
+            )
+        ),
+    )
+
+
 def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManifests | None:
     """None when `endpoint.enabled` is false. With an existing cluster's Envoy Gateway, no namespace,
     policies or GatewayClass of the stack's: its Gateway uses that controller's accepted class (Envoy
@@ -275,7 +361,6 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     if not endpoint.enabled:
         return None
     existing_gateway = context.addons.gateway
-    where = placement(settings)
     name, serving_namespace = settings.serving.name, settings.serving.namespace
 
     def meta(object_name: str, object_namespace: str | None = serving_namespace) -> ObjectMeta:
@@ -285,9 +370,6 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     gateway_ref = LocalRef(group=GATEWAY_API, kind="Gateway", name=name)
     proxy_name = f"{name}-proxy"
     parked_name = f"{name}-parked" if settings.autoscaling.parked else None
-    envoy_requests = Resources(
-        requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
-    )
     return EndpointManifests(
         gateway_namespace=None if existing_gateway else gateway_namespace(),
         gateway_class=None
@@ -296,24 +378,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
             metadata=meta(cluster_scoped_name(settings, GATEWAY_CLASS), None),
             spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER),
         ),
-        envoy_proxy=EnvoyProxy(
-            metadata=meta(proxy_name),
-            spec=EnvoyProxySpec(
-                provider=EnvoyProxyProvider(
-                    kubernetes=KubernetesProvider(
-                        envoy_deployment=EnvoyDeployment(
-                            replicas=endpoint.gateway_replicas,
-                            pod=EnvoyPod(
-                                node_selector=where.system_selector,
-                                tolerations=tolerations_of(where.system_tolerations),
-                            ),
-                            container=EnvoyContainer(resources=envoy_requests),
-                        ),
-                        envoy_service=EnvoyService(type="ClusterIP"),
-                    )
-                )
-            ),
-        ),
+        envoy_proxy=_envoy_proxy(settings, meta(proxy_name)),
         gateway=Gateway(
             metadata=meta(name),
             spec=GatewaySpec(
@@ -333,21 +398,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 rules=[_route_rule(settings, parked_name)],
             ),
         ),
-        security_policy=SecurityPolicy(
-            metadata=meta(api_keys_name(name)),
-            spec=SecurityPolicySpec(
-                # The Gateway, not the route: every route on it needs a key, one added later too. A
-                # route-level SecurityPolicy would replace this one for its route (Envoy Gateway v1.9:
-                # the most specific target wins), and the stack makes none.
-                target_refs=[gateway_ref],
-                api_key_auth=ApiKeyAuth(
-                    credential_refs=[SecretRef(name=api_keys_name(name))],
-                    extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
-                    forward_client_id_header=CLIENT_HEADER,
-                    sanitize=True,
-                ),
-            ),
-        ),
+        security_policy=_security_policy(meta(api_keys_name(name)), gateway_ref),
         client_traffic_policy=ClientTrafficPolicy(
             metadata=meta(f"{name}-client"),
             spec=ClientTrafficPolicySpec(
@@ -370,40 +421,8 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 rate_limit=per_key_rate_limit(endpoint),
             ),
         ),
-        load_balancer=LoadBalancerService(
-            metadata=ObjectMeta(
-                name=load_balancer_service_name(name),
-                namespace=gateway_namespace_of(context),
-                annotations=load_balancer_annotations(settings, context),
-            ),
-            spec=LoadBalancerServiceSpec(
-                # Explicit: the API server refuses to change it once set, and nothing else sets it.
-                load_balancer_class=LOAD_BALANCER_CLASS,
-                selector=proxy_selector(name, serving_namespace),
-                ports=[
-                    ServicePort(
-                        name="https" if endpoint.tls else "http",
-                        port=endpoint.port,
-                        target_port=ENVOY_CONTAINER_PORT,
-                    )
-                ],
-                # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
-                load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges]
-                or list(context.vpc_cidrs),
-            ),
-        ),
-        parked_response=HTTPRouteFilter(
-            metadata=meta(parked_name),
-            spec=HTTPRouteFilterSpec(
-                direct_response=DirectResponse(
-                    content_type="application/json",
-                    body=InlineBody(inline=json.dumps(PARKED_MESSAGE)),
-                    status_code=503,
-                )
-            ),
-        )
-        if parked_name
-        else None,
+        load_balancer=_load_balancer(settings, context),
+        parked_response=_parked_response(meta(parked_name)) if parked_name else None,
         api_keys_secret=api_keys_name(name),
         clients=tuple(sorted(endpoint.clients)),
     )
