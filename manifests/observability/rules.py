@@ -1,5 +1,6 @@
-"""The stack's alert rules (PrometheusRule `ray-llm-alerts`): Serve's applications, the replicas, the KV
-transfer, the GPUs and a Capacity Block's end; tests/fixtures/alerts holds their promtool tests.
+"""The stack's alert rules (PrometheusRule `ray-llm-alerts`): Serve's application and the RayService, the KV
+transfer and cache, time to first token, the GPUs and their workers, and a Capacity Block's end;
+tests/fixtures/alerts holds their promtool tests.
 """
 
 from __future__ import annotations
