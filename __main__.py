@@ -44,8 +44,8 @@ from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import PROJECT, load_settings
 from manifests.addons import own_namespaces
-from manifests.endpoint import EndpointManifests
-from manifests.observability import scraper
+from manifests.endpoint.gateway import EndpointManifests
+from manifests.observability.monitors import scraper
 from manifests.pod_identity import cluster_arn
 from manifests.rayservice import ServingManifests
 from manifests.traffic import Stack

@@ -25,7 +25,8 @@ from pydantic import SecretStr
 from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies as apply_network_policies
-from manifests.endpoint import EndpointManifests, envoy_gateway_chart, envoy_gateway_crds
+from manifests.endpoint.chart import envoy_gateway_chart, envoy_gateway_crds
+from manifests.endpoint.gateway import EndpointManifests
 from planning.nodes import Placement
 
 API_KEY_LENGTH = 48

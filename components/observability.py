@@ -23,10 +23,10 @@ from components.helm import crds as chart_crds
 from components.helm import helm_release
 from components.network_policy import network_policies as apply_network_policies
 from components.pod_identity import PodIdentity, PodRoles
-from manifests.observability import (
+from manifests.observability.build import ObservabilityManifests
+from manifests.observability.charts import (
     GRAFANA_ADMIN_SECRET,
     GRAFANA_ADMIN_USER,
-    ObservabilityManifests,
     kube_prometheus_stack_crds,
 )
 

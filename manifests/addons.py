@@ -6,9 +6,9 @@ from __future__ import annotations
 from config import Settings
 from manifests import cluster_autoscaler
 from manifests.charts import efa_device_plugin, kuberay_operator, nvidia_device_plugin
-from manifests.endpoint import envoy_gateway_chart
+from manifests.endpoint.chart import envoy_gateway_chart
 from manifests.load_balancer import load_balancer_controller
-from manifests.observability import dcgm_exporter_chart, kube_prometheus_stack_chart
+from manifests.observability.charts import dcgm_exporter_chart, kube_prometheus_stack_chart
 from planning.nodes import placement
 
 

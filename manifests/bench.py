@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import Settings
-from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
+from manifests.endpoint.chart import GATEWAY_NAMESPACE
+from manifests.endpoint.gateway import api_keys_name, load_balancer_service_name
 from manifests.network_policy import BENCH_PODS as BENCH_LABELS
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, serve_service_name
 from planning.nodes import placement

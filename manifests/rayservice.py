@@ -49,7 +49,8 @@ from manifests.k8s import (
     tolerations_of,
 )
 from manifests.model_cache import RAY_SERVICE_ACCOUNT, model_copy_job, service_accounts
-from manifests.observability import head_dashboard_env, head_metrics_ports, pod_monitors
+from manifests.observability.dashboards import head_dashboard_env
+from manifests.observability.monitors import head_metrics_ports, pod_monitors
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check

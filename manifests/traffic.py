@@ -35,12 +35,14 @@ from typing import Any, Literal
 from config import Settings
 from manifests import ray_ports
 from manifests.charts import KUBERAY_METRICS_PORT
-from manifests.endpoint import (
-    ENVOY_CONTAINER_PORT,
+from manifests.endpoint.chart import (
     ENVOY_GATEWAY_CONTROLLER_PODS,
     ENVOY_GATEWAY_WEBHOOK_PORT,
-    ENVOY_READINESS_PORT,
     GATEWAY_NAMESPACE,
+)
+from manifests.endpoint.gateway import (
+    ENVOY_CONTAINER_PORT,
+    ENVOY_READINESS_PORT,
     gateway_namespace_of,
     proxy_selector,
 )
@@ -57,16 +59,18 @@ from manifests.network_policy import (
     policy,
     vpc,
 )
-from manifests.observability import (
-    AUTOSCALER_METRICS_PORT,
-    DASHBOARD_METRICS_PORT,
+from manifests.observability.charts import (
     DCGM_EXPORTER_PORT,
     GRAFANA_CONTAINER_PORT,
     MONITORING_NAMESPACE,
     NODE_AGENTS_NAMESPACE,
-    OPERATOR_PODS,
     OPERATOR_WEBHOOK_PORT,
     PROMETHEUS_PORT,
+)
+from manifests.observability.monitors import (
+    AUTOSCALER_METRICS_PORT,
+    DASHBOARD_METRICS_PORT,
+    OPERATOR_PODS,
     scraper,
 )
 from planning.context import ClusterContext

@@ -612,7 +612,7 @@ def _on_team_cluster(
 def _gateway_namespace(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str:
     """Where the endpoint's load balancer Service is: the stack's own Envoy Gateway's namespace, or on a
     team's cluster whatever the stack's `loadBalancerService` output says (its Envoy Gateway's)."""
-    from manifests.endpoint import GATEWAY_NAMESPACE
+    from manifests.endpoint.chart import GATEWAY_NAMESPACE
 
     if not (settings and settings.endpoint.enabled):
         return GATEWAY_NAMESPACE
@@ -623,7 +623,7 @@ def _gateway_namespace(args: argparse.Namespace, settings: Settings | None, run:
 def _prometheus(args: argparse.Namespace, settings: Settings | None, run: Runner) -> ServiceEndpoint:
     """The Prometheus that scrapes the stack: its own, or on a team's cluster the one its
     `prometheusService` output names (the team's, where the stack uses it)."""
-    from manifests.observability import PROMETHEUS_PORT
+    from manifests.observability.charts import PROMETHEUS_PORT
 
     if not (settings and settings.observability.enabled):
         return stack_prometheus()
@@ -644,7 +644,7 @@ def _http_route(
 ) -> tuple[ServiceEndpoint, dict[str, str], bool]:
     """Where verify's OpenAI requests go (the Service behind the API server's proxy, unless
     --base-url), the headers carrying the key, and whether a gateway checks keys on that way."""
-    from manifests.endpoint import load_balancer_service_name
+    from manifests.endpoint.gateway import load_balancer_service_name
 
     if args.base_url:
         return ServiceEndpoint(namespace, _serve_service(name)), _bearer(key), key is not None

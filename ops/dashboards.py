@@ -19,17 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from manifests.observability import (
-    DASHBOARD_FOLDER,
+from manifests.observability.charts import (
     DASHBOARD_FOLDER_ANNOTATION,
     DASHBOARD_LABEL,
     GRAFANA_ADMIN_USER,
-    GRAFANA_LOCAL_URL,
     GRAFANA_PORT,
     GRAFANA_SERVICE,
     MONITORING_NAMESPACE,
     PROMETHEUS_PORT,
 )
+from manifests.observability.dashboards import DASHBOARD_FOLDER, GRAFANA_LOCAL_URL
 from manifests.pd_dashboard import UID as PD_DASHBOARD_UID
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from ops.kube import OpsError, ServiceEndpoint, stack_prometheus

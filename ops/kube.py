@@ -140,7 +140,7 @@ class ServiceEndpoint:
 
 def stack_prometheus() -> ServiceEndpoint:
     """The stack's own Prometheus (kube-prometheus-stack's Service in its namespace)."""
-    from manifests.observability import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
+    from manifests.observability.charts import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 
     return ServiceEndpoint(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
 

@@ -27,14 +27,15 @@ from config import Settings
 from config.base import SAFE_DUMPER
 from manifests.charts import kuberay_namespace
 from manifests.cluster_autoscaler import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
-from manifests.endpoint import build_endpoint
+from manifests.endpoint.gateway import build_endpoint
 from manifests.load_balancer import CONTROLLER_NAMESPACE
 from manifests.network_policy import (
     CLUSTER_AUTOSCALER_APP,
     LOAD_BALANCER_CONTROLLER_APP,
     no_instance_metadata,
 )
-from manifests.observability import GRAFANA_ADMIN_SECRET, GRAFANA_ADMIN_USER, build_observability
+from manifests.observability.build import build_observability
+from manifests.observability.charts import GRAFANA_ADMIN_SECRET, GRAFANA_ADMIN_USER
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
 from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies

@@ -13,7 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from config import Settings
-from manifests.endpoint import GATEWAY_NAMESPACE, api_keys_name, load_balancer_service_name
+from manifests.endpoint.chart import GATEWAY_NAMESPACE
+from manifests.endpoint.gateway import api_keys_name, load_balancer_service_name
 from manifests.pd_dashboard import NIXL_BYTES_BAND, STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes

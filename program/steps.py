@@ -23,10 +23,10 @@ from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import Settings
 from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags, stack_tag
-from manifests.endpoint import EndpointManifests, build_endpoint
+from manifests.endpoint.gateway import EndpointManifests, build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
-from manifests.observability import build_observability
+from manifests.observability.build import build_observability
 from manifests.rayservice import ServingManifests, build_serving
 from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
 from planning import Plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from manifests.observability import RAY_DASHBOARDS
+from manifests.observability.dashboards import RAY_DASHBOARDS
 
 DASHBOARDS = ("default", "serve", "serve_deployment", "serve_llm")
 """The ones a Ray head writes for a Serve application (ray/dashboard/modules/metrics)."""

@@ -10,9 +10,9 @@ import pytest
 
 from config import ConfigError
 from config.settings import FIXED_NAMESPACES
-from manifests.endpoint import GATEWAY_NAMESPACE
+from manifests.endpoint.chart import GATEWAY_NAMESPACE
 from manifests.load_balancer import CONTROLLER_NAMESPACE
-from manifests.observability import MONITORING_NAMESPACE, NODE_AGENTS_NAMESPACE
+from manifests.observability.charts import MONITORING_NAMESPACE, NODE_AGENTS_NAMESPACE
 from planning.zones import StackRecord, plan_zones
 from tests.fakes import pulumi as fakes
 from tests.fakes.pulumi import run_stack, stack_settings

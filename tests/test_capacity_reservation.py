@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from config import ConfigError
-from manifests.observability import alert_rules
+from manifests.observability.rules import alert_rules
 from planning.cost import cost_report
 from planning.reservation import Reservation, plan_capacity, reservations_from_api
 from tests.fakes import pulumi as fakes

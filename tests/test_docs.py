@@ -450,7 +450,7 @@ def test_the_refusals_the_docs_quote_are_the_codes_messages():
 
 
 def test_the_alerts_table_lists_every_alert_the_stack_renders():
-    from manifests.observability import alert_rules
+    from manifests.observability.rules import alert_rules
     from tests.fakes.pulumi import stack_settings
 
     section = (

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from config import ConfigError
-from manifests.endpoint import build_endpoint
+from manifests.endpoint.gateway import build_endpoint
 from planning import plan_stack
 from tests.fakes import pulumi as harness
 from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, Secret, StackRun, run_stack, stack_settings

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from config import ConfigError, load_settings
-from manifests.observability import scraper
+from manifests.observability.monitors import scraper
 from tests.fakes import pulumi as fakes
 from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TEAM_WITH_GATEWAY, TeamCluster, _workload
 from tests.fakes.pulumi import (

@@ -22,7 +22,9 @@ import yaml
 
 from config import ConfigError, load_settings
 from jobs.llm_autoscaling import kv_cache_query, mean_prompt_tokens_query
-from manifests.observability import alert_rules, build_observability, pod_monitors
+from manifests.observability.build import build_observability
+from manifests.observability.monitors import pod_monitors
+from manifests.observability.rules import alert_rules
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_rayservice
 from planning import plan_stack

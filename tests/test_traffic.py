@@ -15,7 +15,7 @@ import pytest
 
 from manifests import traffic
 from manifests.network_policy import IMDS_V4, RAY_HEAD_PODS, RAY_WORKER_PODS
-from manifests.observability import scraper
+from manifests.observability.monitors import scraper
 from planning import plan_stack
 from planning.system_pods import ray_autoscaling
 from tests.fakes.kube import fixture_json
@@ -69,7 +69,7 @@ def writes_peers_or_ports(source: str) -> list[str]:
 
 def test_no_module_but_the_traffic_declaration_writes_a_network_policys_peers_or_ports():
     modules = product_modules()
-    assert "manifests/endpoint.py" in modules and "__main__.py" in modules  # the scan sees them
+    assert "manifests/endpoint/gateway.py" in modules and "__main__.py" in modules  # the scan sees them
     offenders = {
         m: found
         for m in modules

@@ -1,5 +1,6 @@
-"""The endpoint as typed data: Envoy Gateway's chart, the Gateway API objects, Envoy Gateway's policies
-and the load balancer Service, built from the settings in one place (`build_endpoint`).
+"""The gateway's objects for the serving app, built from the settings in one place (`build_endpoint`):
+GatewayClass, EnvoyProxy, Gateway, HTTPRoute, the Security-, ClientTraffic- and BackendTrafficPolicy and
+the load balancer Service.
 
 The request path: client -> NLB (TLS on 443 with an ACM certificate, or plain HTTP on 80 inside the VPC)
 -> Envoy (API key check, timeouts) -> `<name>-serve-svc:8000` (Ray Serve's OpenAI API). What was read
@@ -29,23 +30,73 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from config import Settings, versions
+from config import Settings
 from config.endpoint import EndpointConfig
-from manifests.charts import HelmChart
-from manifests.k8s import K8sModel, Manifest, Toleration, namespace, pod_security_labels, tolerations_of
+from manifests.endpoint.chart import GATEWAY_NAMESPACE, gateway_namespace
+from manifests.endpoint.models import (
+    ApiKeyAuth,
+    BackendHttpTimeouts,
+    BackendRef,
+    BackendTimeouts,
+    BackendTrafficPolicy,
+    BackendTrafficPolicySpec,
+    ClientHttpTimeouts,
+    ClientTimeouts,
+    ClientTrafficPolicy,
+    ClientTrafficPolicySpec,
+    DirectResponse,
+    EnvoyContainer,
+    EnvoyDeployment,
+    EnvoyPod,
+    EnvoyProxy,
+    EnvoyProxyProvider,
+    EnvoyProxySpec,
+    EnvoyService,
+    ExtractFrom,
+    Gateway,
+    GatewayClass,
+    GatewayClassSpec,
+    GatewayInfrastructure,
+    GatewaySpec,
+    HeaderMatch,
+    HTTPRoute,
+    HTTPRouteFilter,
+    HTTPRouteFilterSpec,
+    HTTPRouteSpec,
+    InlineBody,
+    KubernetesProvider,
+    Listener,
+    LoadBalancerService,
+    LoadBalancerServiceSpec,
+    LocalRateLimit,
+    LocalRef,
+    ObjectMeta,
+    ParentRef,
+    PathMatch,
+    RateLimitRule,
+    RateLimitSelectCondition,
+    RateLimitSpec,
+    RateLimitValue,
+    Resources,
+    RouteFilter,
+    RouteMatch,
+    RouteRule,
+    RouteTimeouts,
+    SecretRef,
+    SecurityPolicy,
+    SecurityPolicySpec,
+    ServicePort,
+)
+from manifests.k8s import Manifest, tolerations_of
 from manifests.load_balancer import LOAD_BALANCER_CLASS
 from manifests.rayservice import serve_service_name
 from planning.context import ClusterContext
 from planning.names import cluster_scoped_name
-from planning.nodes import Placement, placement
-from planning.system_pods import ENVOY_GATEWAY_CONTROLLER, ENVOY_PROXY
+from planning.nodes import placement
+from planning.system_pods import ENVOY_PROXY
 
-GATEWAY_NAMESPACE = "envoy-gateway-system"
-"""Envoy Gateway's controller, and the Envoy proxies it runs for every Gateway (its default)."""
 GATEWAY_CLASS = "envoy"
 GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 GATEWAY_API = "gateway.networking.k8s.io"
@@ -64,293 +115,6 @@ CLIENT_HEADER = "x-ray-llm-client"
 sent); the per-key rate limit counts each distinct value apart."""
 UPSTREAM_IDLE_TIMEOUT = "60s"
 """Below Ray Serve's keep-alive (DEFAULT_UVICORN_KEEP_ALIVE_TIMEOUT_S = 90 in Ray 2.58)."""
-READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
-"""Pods in a namespace labelled so get a readiness gate from the load balancer controller: a new Envoy
-pod counts as ready only once the NLB sends it traffic, so a rollout never leaves no healthy target."""
-
-
-class ObjectMeta(K8sModel):
-    name: str
-    namespace: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-
-
-class GatewayApiObject(Manifest):
-    """A Gateway API object (v1, standard channel); each kind declares `kind` and `spec`."""
-
-    api_version: Literal["gateway.networking.k8s.io/v1"] = "gateway.networking.k8s.io/v1"
-    metadata: ObjectMeta
-
-
-class EnvoyGatewayObject(Manifest):
-    """One of Envoy Gateway's own objects (v1alpha1 at v1.9.0); each kind declares `kind` and `spec`."""
-
-    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = "gateway.envoyproxy.io/v1alpha1"
-    metadata: ObjectMeta
-
-
-class LocalRef(K8sModel):
-    """The Gateway API's LocalObjectReference (policy targets, parametersRef, extensionRef)."""
-
-    group: str
-    kind: str
-    name: str
-
-
-class ParentRef(K8sModel):
-    name: str
-    section_name: str | None = None
-
-
-class PathMatch(K8sModel):
-    type: Literal["PathPrefix", "Exact"]
-    value: str
-
-
-class RouteMatch(K8sModel):
-    path: PathMatch
-
-
-class BackendRef(K8sModel):
-    name: str
-    port: int = Field(gt=0, lt=65536)
-
-
-class RouteTimeouts(K8sModel):
-    request: str
-
-
-class RouteFilter(K8sModel):
-    type: Literal["ExtensionRef"]
-    extension_ref: LocalRef
-
-
-class RouteRule(K8sModel):
-    matches: list[RouteMatch]
-    backend_refs: list[BackendRef] | None = None
-    filters: list[RouteFilter] | None = None
-    timeouts: RouteTimeouts | None = None
-
-
-class InlineBody(K8sModel):
-    type: Literal["Inline"] = "Inline"
-    inline: str
-
-
-class DirectResponse(K8sModel):
-    content_type: str
-    body: InlineBody
-    status_code: int
-
-
-class HTTPRouteFilterSpec(K8sModel):
-    direct_response: DirectResponse
-
-
-class HTTPRouteFilter(EnvoyGatewayObject):
-    """Envoy Gateway's filter answering a route itself: what the endpoint says while the stack is parked."""
-
-    kind: Literal["HTTPRouteFilter"] = "HTTPRouteFilter"
-    spec: HTTPRouteFilterSpec
-
-
-class HTTPRouteSpec(K8sModel):
-    parent_refs: list[ParentRef]
-    rules: list[RouteRule]
-
-
-class HTTPRoute(GatewayApiObject):
-    kind: Literal["HTTPRoute"] = "HTTPRoute"
-    spec: HTTPRouteSpec
-
-
-class Listener(K8sModel):
-    name: str
-    protocol: Literal["HTTP"]
-    port: int
-
-
-class GatewayInfrastructure(K8sModel):
-    parameters_ref: LocalRef
-
-
-class GatewaySpec(K8sModel):
-    gateway_class_name: str
-    listeners: list[Listener]
-    infrastructure: GatewayInfrastructure
-
-
-class Gateway(GatewayApiObject):
-    kind: Literal["Gateway"] = "Gateway"
-    spec: GatewaySpec
-
-
-class GatewayClassSpec(K8sModel):
-    controller_name: str
-
-
-class GatewayClass(GatewayApiObject):
-    kind: Literal["GatewayClass"] = "GatewayClass"
-    spec: GatewayClassSpec
-
-
-class Resources(K8sModel):
-    requests: dict[str, str]
-    limits: dict[str, str]
-
-
-class EnvoyContainer(K8sModel):
-    resources: Resources
-
-
-class EnvoyPod(K8sModel):
-    node_selector: dict[str, str]
-    tolerations: list[Toleration] | None = None
-
-
-class EnvoyDeployment(K8sModel):
-    replicas: int = Field(ge=1)
-    pod: EnvoyPod
-    container: EnvoyContainer
-
-
-class EnvoyService(K8sModel):
-    type: Literal["ClusterIP"]
-
-
-class KubernetesProvider(K8sModel):
-    envoy_deployment: EnvoyDeployment
-    envoy_service: EnvoyService
-
-
-class EnvoyProxyProvider(K8sModel):
-    type: Literal["Kubernetes"] = "Kubernetes"
-    kubernetes: KubernetesProvider
-
-
-class EnvoyProxySpec(K8sModel):
-    provider: EnvoyProxyProvider
-
-
-class EnvoyProxy(EnvoyGatewayObject):
-    kind: Literal["EnvoyProxy"] = "EnvoyProxy"
-    spec: EnvoyProxySpec
-
-
-class SecretRef(K8sModel):
-    name: str
-
-
-class ExtractFrom(K8sModel):
-    headers: list[str]
-
-
-class ApiKeyAuth(K8sModel):
-    credential_refs: list[SecretRef]
-    extract_from: list[ExtractFrom]
-    forward_client_id_header: str = Field(serialization_alias="forwardClientIDHeader")
-    sanitize: bool
-
-
-class PolicySpec(K8sModel):
-    """What every Envoy Gateway policy names: the Gateway API objects it applies to."""
-
-    target_refs: list[LocalRef]
-
-
-class SecurityPolicySpec(PolicySpec):
-    api_key_auth: ApiKeyAuth
-
-
-class SecurityPolicy(EnvoyGatewayObject):
-    kind: Literal["SecurityPolicy"] = "SecurityPolicy"
-    spec: SecurityPolicySpec
-
-
-class ClientHttpTimeouts(K8sModel):
-    idle_timeout: str
-    stream_idle_timeout: str
-
-
-class ClientTimeouts(K8sModel):
-    http: ClientHttpTimeouts
-
-
-class ClientTrafficPolicySpec(PolicySpec):
-    timeout: ClientTimeouts
-
-
-class ClientTrafficPolicy(EnvoyGatewayObject):
-    kind: Literal["ClientTrafficPolicy"] = "ClientTrafficPolicy"
-    spec: ClientTrafficPolicySpec
-
-
-class BackendHttpTimeouts(K8sModel):
-    connection_idle_timeout: str
-
-
-class BackendTimeouts(K8sModel):
-    http: BackendHttpTimeouts
-
-
-class HeaderMatch(K8sModel):
-    type: Literal["Distinct"]
-    name: str
-
-
-class RateLimitSelectCondition(K8sModel):
-    headers: list[HeaderMatch]
-
-
-class RateLimitValue(K8sModel):
-    requests: int = Field(ge=1, le=4294967295)
-    unit: Literal["Second", "Minute", "Hour"]
-
-
-class RateLimitRule(K8sModel):
-    client_selectors: list[RateLimitSelectCondition]
-    limit: RateLimitValue
-
-
-class LocalRateLimit(K8sModel):
-    rules: list[RateLimitRule] = Field(min_length=1, max_length=16)
-
-
-class RateLimitSpec(K8sModel):
-    local: LocalRateLimit
-
-
-class BackendTrafficPolicySpec(PolicySpec):
-    timeout: BackendTimeouts
-    rate_limit: RateLimitSpec
-
-
-class BackendTrafficPolicy(EnvoyGatewayObject):
-    kind: Literal["BackendTrafficPolicy"] = "BackendTrafficPolicy"
-    spec: BackendTrafficPolicySpec
-
-
-class ServicePort(K8sModel):
-    name: str
-    protocol: Literal["TCP"] = "TCP"
-    port: int
-    target_port: int
-
-
-class LoadBalancerServiceSpec(K8sModel):
-    type: Literal["LoadBalancer"] = "LoadBalancer"
-    load_balancer_class: str
-    selector: dict[str, str]
-    ports: list[ServicePort]
-    load_balancer_source_ranges: list[str] | None = None
-
-
-class LoadBalancerService(Manifest):
-    api_version: Literal["v1"] = "v1"
-    kind: Literal["Service"] = "Service"
-    metadata: ObjectMeta
-    spec: LoadBalancerServiceSpec
 
 
 @dataclass(frozen=True)
@@ -405,58 +169,6 @@ def load_balancer_service_name(rayservice_name: str) -> str:
 def api_keys_name(rayservice_name: str) -> str:
     """The SecurityPolicy checking the keys, and the keys' Secret, in the serving namespace."""
     return f"{rayservice_name}-api-keys"
-
-
-def envoy_gateway_chart(placement: Placement) -> HelmChart:
-    """Envoy Gateway's controller on the system nodes. Its CRDs come from the stack (`envoy_gateway_crds`):
-    the chart keeps them in a subchart's crds/, which Helm installs once and never upgrades."""
-    controller = ENVOY_GATEWAY_CONTROLLER
-    return HelmChart(
-        chart="gateway-helm",
-        version=versions.ENVOY_GATEWAY_CHART_VERSION,
-        repo=versions.ENVOY_GATEWAY_CHART_REPO,
-        namespace=GATEWAY_NAMESPACE,
-        values={
-            "crds": {"enabled": False},
-            "deployment": {
-                "pod": placement.on_system_nodes(),
-                "envoyGateway": {
-                    "resources": {
-                        "requests": {"cpu": controller.cpu, "memory": controller.memory},
-                        "limits": {"memory": "1024Mi"},
-                    }
-                },
-            },
-            "certgen": {"job": placement.on_system_nodes()},
-        },
-        skip_crds=True,
-    )
-
-
-def envoy_gateway_crds() -> list[str]:
-    """The Gateway API CRDs (v1.6.1, experimental channel, as the chart bundles them) and Envoy Gateway's
-    own, from the release tag."""
-    return [versions.envoy_gateway_crd_url(name) for name in versions.ENVOY_GATEWAY_CRDS]
-
-
-def gateway_namespace() -> dict[str, Any]:
-    """restricted, and the readiness gate. Envoy Gateway 1.9.0 runs every pod there non-root with every
-    capability dropped, no privilege escalation and RuntimeDefault seccomp: the controller and the
-    certgen Job by its chart's values, the proxies by its code (internal/infrastructure/kubernetes/
-    resource/resource.go `DefaultSecurityContext`, proxy/resource.go), and the stack's EnvoyProxy
-    overrides no security context."""
-    return namespace(
-        GATEWAY_NAMESPACE, {**pod_security_labels("restricted"), READINESS_GATE_LABEL: "enabled"}
-    )
-
-
-ENVOY_GATEWAY_WEBHOOK_PORT = 9443
-"""The controller's admission webhook (the topology injector, on by default: gateway-helm 1.9.0
-templates/envoy-gateway-deployment.yaml)."""
-
-
-ENVOY_GATEWAY_CONTROLLER_PODS = {"control-plane": "envoy-gateway"}
-"""Envoy Gateway's controller pods (gateway-helm v1.9.0 templates/envoy-gateway-deployment.yaml)."""
 
 
 def _seconds(value: int) -> str:
@@ -553,6 +265,92 @@ def _route_rule(settings: Settings, parked_filter: str | None) -> RouteRule:
     )
 
 
+def _envoy_proxy(settings: Settings, meta: ObjectMeta) -> EnvoyProxy:
+    """The Gateway's proxies: their replicas, on the system nodes, behind Envoy Gateway's own ClusterIP
+    Service (the NLB's Service is the stack's: `_load_balancer`)."""
+    where = placement(settings)
+    envoy_requests = Resources(
+        requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
+    )
+    return EnvoyProxy(
+        metadata=meta,
+        spec=EnvoyProxySpec(
+            provider=EnvoyProxyProvider(
+                kubernetes=KubernetesProvider(
+                    envoy_deployment=EnvoyDeployment(
+                        replicas=settings.endpoint.gateway_replicas,
+                        pod=EnvoyPod(
+                            node_selector=where.system_selector,
+                            tolerations=tolerations_of(where.system_tolerations),
+                        ),
+                        container=EnvoyContainer(resources=envoy_requests),
+                    ),
+                    envoy_service=EnvoyService(type="ClusterIP"),
+                )
+            )
+        ),
+    )
+
+
+def _security_policy(meta: ObjectMeta, gateway_ref: LocalRef) -> SecurityPolicy:
+    """The API key check: keys from the Secret of the policy's own name."""
+    return SecurityPolicy(
+        metadata=meta,
+        spec=SecurityPolicySpec(
+            # The Gateway, not the route: every route on it needs a key, one added later too. A
+            # route-level SecurityPolicy would replace this one for its route (Envoy Gateway v1.9:
+            # the most specific target wins), and the stack makes none.
+            target_refs=[gateway_ref],
+            api_key_auth=ApiKeyAuth(
+                credential_refs=[SecretRef(name=meta.name)],
+                extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
+                forward_client_id_header=CLIENT_HEADER,
+                sanitize=True,
+            ),
+        ),
+    )
+
+
+def _load_balancer(settings: Settings, context: ClusterContext) -> LoadBalancerService:
+    """The NLB's Service, where Envoy Gateway runs the proxies, selecting the Gateway's proxy pods."""
+    endpoint, name = settings.endpoint, settings.serving.name
+    return LoadBalancerService(
+        metadata=ObjectMeta(
+            name=load_balancer_service_name(name),
+            namespace=gateway_namespace_of(context),
+            annotations=load_balancer_annotations(settings, context),
+        ),
+        spec=LoadBalancerServiceSpec(
+            # Explicit: the API server refuses to change it once set, and nothing else sets it.
+            load_balancer_class=LOAD_BALANCER_CLASS,
+            selector=proxy_selector(name, settings.serving.namespace),
+            ports=[
+                ServicePort(
+                    name="https" if endpoint.tls else "http",
+                    port=endpoint.port,
+                    target_port=ENVOY_CONTAINER_PORT,
+                )
+            ],
+            # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
+            load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges] or list(context.vpc_cidrs),
+        ),
+    )
+
+
+def _parked_response(meta: ObjectMeta) -> HTTPRouteFilter:
+    """While parked: 503 with `PARKED_MESSAGE`, in place of Ray."""
+    return HTTPRouteFilter(
+        metadata=meta,
+        spec=HTTPRouteFilterSpec(
+            direct_response=DirectResponse(
+                content_type="application/json",
+                body=InlineBody(inline=json.dumps(PARKED_MESSAGE)),
+                status_code=503,
+            )
+        ),
+    )
+
+
 def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManifests | None:
     """None when `endpoint.enabled` is false. With an existing cluster's Envoy Gateway, no namespace,
     policies or GatewayClass of the stack's: its Gateway uses that controller's accepted class (Envoy
@@ -563,7 +361,6 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     if not endpoint.enabled:
         return None
     existing_gateway = context.addons.gateway
-    where = placement(settings)
     name, serving_namespace = settings.serving.name, settings.serving.namespace
 
     def meta(object_name: str, object_namespace: str | None = serving_namespace) -> ObjectMeta:
@@ -573,9 +370,6 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
     gateway_ref = LocalRef(group=GATEWAY_API, kind="Gateway", name=name)
     proxy_name = f"{name}-proxy"
     parked_name = f"{name}-parked" if settings.autoscaling.parked else None
-    envoy_requests = Resources(
-        requests={"cpu": ENVOY_PROXY.cpu, "memory": ENVOY_PROXY.memory}, limits={"memory": "1Gi"}
-    )
     return EndpointManifests(
         gateway_namespace=None if existing_gateway else gateway_namespace(),
         gateway_class=None
@@ -584,24 +378,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
             metadata=meta(cluster_scoped_name(settings, GATEWAY_CLASS), None),
             spec=GatewayClassSpec(controller_name=GATEWAY_CONTROLLER),
         ),
-        envoy_proxy=EnvoyProxy(
-            metadata=meta(proxy_name),
-            spec=EnvoyProxySpec(
-                provider=EnvoyProxyProvider(
-                    kubernetes=KubernetesProvider(
-                        envoy_deployment=EnvoyDeployment(
-                            replicas=endpoint.gateway_replicas,
-                            pod=EnvoyPod(
-                                node_selector=where.system_selector,
-                                tolerations=tolerations_of(where.system_tolerations),
-                            ),
-                            container=EnvoyContainer(resources=envoy_requests),
-                        ),
-                        envoy_service=EnvoyService(type="ClusterIP"),
-                    )
-                )
-            ),
-        ),
+        envoy_proxy=_envoy_proxy(settings, meta(proxy_name)),
         gateway=Gateway(
             metadata=meta(name),
             spec=GatewaySpec(
@@ -621,21 +398,7 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 rules=[_route_rule(settings, parked_name)],
             ),
         ),
-        security_policy=SecurityPolicy(
-            metadata=meta(api_keys_name(name)),
-            spec=SecurityPolicySpec(
-                # The Gateway, not the route: every route on it needs a key, one added later too. A
-                # route-level SecurityPolicy would replace this one for its route (Envoy Gateway v1.9:
-                # the most specific target wins), and the stack makes none.
-                target_refs=[gateway_ref],
-                api_key_auth=ApiKeyAuth(
-                    credential_refs=[SecretRef(name=api_keys_name(name))],
-                    extract_from=[ExtractFrom(headers=list(KEY_HEADERS))],
-                    forward_client_id_header=CLIENT_HEADER,
-                    sanitize=True,
-                ),
-            ),
-        ),
+        security_policy=_security_policy(meta(api_keys_name(name)), gateway_ref),
         client_traffic_policy=ClientTrafficPolicy(
             metadata=meta(f"{name}-client"),
             spec=ClientTrafficPolicySpec(
@@ -658,40 +421,8 @@ def build_endpoint(settings: Settings, context: ClusterContext) -> EndpointManif
                 rate_limit=per_key_rate_limit(endpoint),
             ),
         ),
-        load_balancer=LoadBalancerService(
-            metadata=ObjectMeta(
-                name=load_balancer_service_name(name),
-                namespace=gateway_namespace_of(context),
-                annotations=load_balancer_annotations(settings, context),
-            ),
-            spec=LoadBalancerServiceSpec(
-                # Explicit: the API server refuses to change it once set, and nothing else sets it.
-                load_balancer_class=LOAD_BALANCER_CLASS,
-                selector=proxy_selector(name, serving_namespace),
-                ports=[
-                    ServicePort(
-                        name="https" if endpoint.tls else "http",
-                        port=endpoint.port,
-                        target_port=ENVOY_CONTAINER_PORT,
-                    )
-                ],
-                # Never empty: the controller would open the NLB's security group to 0.0.0.0/0.
-                load_balancer_source_ranges=[str(r) for r in endpoint.source_ranges]
-                or list(context.vpc_cidrs),
-            ),
-        ),
-        parked_response=HTTPRouteFilter(
-            metadata=meta(parked_name),
-            spec=HTTPRouteFilterSpec(
-                direct_response=DirectResponse(
-                    content_type="application/json",
-                    body=InlineBody(inline=json.dumps(PARKED_MESSAGE)),
-                    status_code=503,
-                )
-            ),
-        )
-        if parked_name
-        else None,
+        load_balancer=_load_balancer(settings, context),
+        parked_response=_parked_response(meta(parked_name)) if parked_name else None,
         api_keys_secret=api_keys_name(name),
         clients=tuple(sorted(endpoint.clients)),
     )
