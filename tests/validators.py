@@ -23,7 +23,6 @@ import json
 import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import kubernetes_validate
 import yaml
 
 from config import versions
+from tests.ray_llm_import import public_request_routers
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas" / "kuberay" / f"v{versions.KUBERAY_CHART_VERSION}"
 KUBERNETES_VERSION = versions.KUBERNETES_VERSION
@@ -112,30 +112,6 @@ def object_errors(obj: dict[str, Any]) -> list[str]:
     return []
 
 
-@functools.cache
-def _public_request_routers() -> None:
-    """Make `ray.serve.llm.request_router` importable here as it is in the image. Its package's
-    `__init__` imports Ray Serve LLM's protocol models, which need vLLM; the module itself needs only
-    Ray. So Ray's own file is loaded under its own name, and a router class path in a serve config
-    resolves to the class the cluster would load (or fails as it would there)."""
-    try:
-        importlib.import_module("ray.serve.llm.request_router")
-        return
-    except ImportError:
-        pass
-    import ray.serve
-
-    root = Path(ray.serve.__file__).parent / "llm"
-    package = types.ModuleType("ray.serve.llm")
-    package.__path__ = [str(root)]
-    sys.modules["ray.serve.llm"] = package
-    spec = importlib.util.spec_from_file_location("ray.serve.llm.request_router", root / "request_router.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-
-
 def request_router_errors(side: str, deployment_config: dict[str, Any]) -> list[str]:
     """The kwargs Serve passes to the router's `initialize_state`, which has no `**kwargs`."""
     from ray.serve.config import RequestRouterConfig
@@ -147,7 +123,7 @@ def request_router_errors(side: str, deployment_config: dict[str, Any]) -> list[
         return []
     if str(ROOT / "jobs") not in sys.path:
         sys.path.append(str(ROOT / "jobs"))  # the router the stack ships, as on the Ray pods' PYTHONPATH
-    _public_request_routers()
+    public_request_routers()
     router: Any = RequestRouterConfig(**config).get_request_router_class()
     accepted = set(inspect.signature(router.initialize_state).parameters) - {"self"}
     unknown = sorted(set(config.get("request_router_kwargs") or {}) - accepted)
@@ -169,7 +145,7 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
 
     if str(ROOT / "jobs") not in sys.path:
         sys.path.append(str(ROOT / "jobs"))
-    _public_request_routers()
+    public_request_routers()
 
     problems: list[str] = []
     try:
@@ -194,7 +170,6 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
 
 def _builder_args_fields(module: str, class_name: str) -> frozenset[str]:
     """The fields of one of Ray Serve LLM's args models, read from its source (importing it needs vLLM)."""
-    import importlib.util
 
     spec = importlib.util.find_spec("ray")
     assert spec and spec.origin

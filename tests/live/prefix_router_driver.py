@@ -5,46 +5,23 @@ its node is removed), then four requests one after the other and four at once, e
 seconds, then whether the tree is back with both replicas as tenants. Prints one line `RESULT <json>`;
 the cluster goes with the process.
 
-    python tests/live/prefix_router_driver.py '<deployment_config json>' --port 8123 --temp-dir /tmp/x
+    PYTHONPATH=<plugins>:tests/live:. python tests/live/prefix_router_driver.py '<deployment_config json>' \
+        --port 8123 --temp-dir /tmp/x
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
-import sys
 import time
-import types
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
+
+from tests.ray_llm_import import public_request_routers  # the repository root is on PYTHONPATH
 
 APP = "qwen"
 TREE = "LlmPrefixTreeActor"
-
-
-def public_request_routers() -> None:
-    """`ray.serve.llm.request_router` without vLLM (as tests/validators.py does): the class path the
-    stack rendered before it shipped its own router resolves to the class the cluster would load."""
-    try:
-        importlib.import_module("ray.serve.llm.request_router")
-        return
-    except ImportError:
-        pass
-    import ray.serve
-
-    root = Path(ray.serve.__file__).parent / "llm"
-    package = types.ModuleType("ray.serve.llm")
-    package.__path__ = [str(root)]
-    sys.modules["ray.serve.llm"] = package
-    spec = importlib.util.spec_from_file_location("ray.serve.llm.request_router", root / "request_router.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
 
 
 def ask(port: int, prompt: str, bound: float) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def run_driver(deployment_config: dict[str, Any], plugins: dict[str, str]) -> di
             (path / name).write_text(text)
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(path), str(HERE)]),
+            "PYTHONPATH": os.pathsep.join([str(path), str(HERE), str(ROOT)]),
             "RAY_USAGE_STATS_ENABLED": "0",
         }
         done = subprocess.run(
