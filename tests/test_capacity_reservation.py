@@ -19,7 +19,13 @@ import yaml
 from config import ConfigError
 from manifests.observability.rules import alert_rules
 from planning.cost import cost_report
-from planning.reservation import Reservation, plan_capacity, reservations_from_api
+from planning.reservation import (
+    CapacityPlan,
+    Reservation,
+    on_reservation,
+    plan_capacity,
+    reservations_from_api,
+)
 from tests.fakes import pulumi as fakes
 from tests.fakes.capacity import (
     BLOCK_ID,
@@ -64,6 +70,36 @@ def block_run(*reservations: dict[str, Any], stack: str = "prod", **overrides: d
         **overrides,
     }
     return run_stack(stack=stack, overrides=sections, aws=on(*(reservations or (block(),))))
+
+
+def planned(
+    sections: dict[str, dict[str, Any]], *reservations: dict[str, Any], stack: str = "prod"
+) -> CapacityPlan:
+    """What the program plans of the reservation before any resource (__main__.read's `on_reservation`
+    of what world/reads.py `reserved` reads), with no stack run: the preview's coverage lines and
+    warnings. TestThePreviewSays ties it to what a run's preview says."""
+    from world.reads import reserved
+
+    settings = stack_settings(stack, **sections)
+    world = on(*reservations).world(settings.region)
+    _, capacity = on_reservation(settings, reserved(settings, world), world.now())
+    assert capacity is not None
+    return capacity
+
+
+def odcr_planned(*reservations: dict[str, Any], **gpu: Any) -> CapacityPlan:
+    """`odcr_run`'s reservation as planned (`planned`)."""
+    found = reservations or (reservation(total=3, available=3),)
+    return planned({"gpuNodes": {"capacityReservation": ODCR_ID, **gpu}}, *found)
+
+
+def block_planned(*reservations: dict[str, Any]) -> CapacityPlan:
+    """`block_run`'s Capacity Block as planned (`planned`)."""
+    sections = {
+        "gpuNodes": {"capacityReservation": BLOCK_ID, **P5},
+        "model": {"prefillReplicas": 1, "decodeReplicas": 1},
+    }
+    return planned(sections, *(reservations or (block(),)))
 
 
 def refused(run, *args: Any, **kwargs: Any) -> str:
@@ -293,25 +329,25 @@ class TestWhatOthersTakeOfIt:
     """AvailableInstanceCount and InstanceMatchCriteria (EC2's DescribeCapacityReservations)."""
 
     def test_a_partly_used_odcr_is_counted_and_warned_when_the_nodes_do_not_fit_what_is_free(self):
-        run = odcr_run(reservation(total=3, available=1), minSize=2, desiredSize=2, maxSize=3)
-        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        run = odcr_planned(reservation(total=3, available=1), minSize=2, desiredSize=2, maxSize=3)
+        (line,) = [i for i in run.notes if i.startswith("GPU capacity")]
         assert "2 GPU node(s) run on it, 1 reserved stay idle" in line
         (warning,) = [w for w in run.warnings if "free now" in w]
         assert "has 1 of 3 reserved instance(s) free now; 2 run in it already" in warning
         assert "launches beyond the free capacity fail" in warning
 
     def test_instances_of_others_are_named_in_the_coverage(self):
-        run = odcr_run(reservation(total=6, available=1), minSize=3, desiredSize=3, maxSize=3)
-        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        run = odcr_planned(reservation(total=6, available=1), minSize=3, desiredSize=3, maxSize=3)
+        (line,) = [i for i in run.notes if i.startswith("GPU capacity")]
         assert "3 GPU node(s) run on it, 2 taken by other instances, 1 reserved stay idle" in line
-        quiet = odcr_run(reservation(total=6, available=3), minSize=3, desiredSize=3, maxSize=3)
+        quiet = odcr_planned(reservation(total=6, available=3), minSize=3, desiredSize=3, maxSize=3)
         assert not any("free now" in w for w in quiet.warnings)  # 3 free cover desiredSize 3
 
     def test_an_open_reservation_warns_that_any_matching_instance_takes_it(self):
-        run = odcr_run(reservation(total=3, InstanceMatchCriteria="open"))
+        run = odcr_planned(reservation(total=3, InstanceMatchCriteria="open"))
         (warning,) = [w for w in run.warnings if "is open (InstanceMatchCriteria)" in w]
         assert "--instance-match-criteria targeted" in warning
-        assert not any("is open" in w for w in odcr_run(reservation(total=3)).warnings)
+        assert not any("is open" in w for w in odcr_planned(reservation(total=3)).warnings)
 
 
 class TestReferences:
@@ -382,10 +418,15 @@ class TestThePreviewSays:
         assert "on Capacity Block cr-0b10c0000000000a1, paid up front: 2 x $0.0000 = $0.00/h" in cost
         assert "price on the invoice only" in cost
         assert any("park the stack" in i for i in capacity_block.infos)  # EKS updates a block's group at 0
+        # What the tests of `planned` ask is what the preview says (a block ending soon also warns).
+        ending = block(end=NOW + timedelta(hours=5))
+        for capacity, run in ((block_planned(), capacity_block), (block_planned(ending), block_run(ending))):
+            assert capacity.notes and set(capacity.notes) <= set(run.infos)
+            assert set(capacity.warnings) <= set(run.warnings)
 
     def test_an_odcr_costs_every_reserved_instance_even_parked(self):
-        run = odcr_run(reservation(total=3), minSize=0, desiredSize=1, maxSize=3)
-        (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
+        run = odcr_planned(reservation(total=3), minSize=0, desiredSize=1, maxSize=3)
+        (line,) = [i for i in run.notes if i.startswith("GPU capacity")]
         assert "1 GPU node(s) run on it, 2 reserved stay idle" in line and "used or not" in line
         settings = stack_settings(
             "prod", gpuNodes={"capacityReservation": ODCR_ID, "minSize": 0, "desiredSize": 1}
@@ -396,20 +437,16 @@ class TestThePreviewSays:
         assert [(line.count, line.hourly) for line in reserved] == [(3, 6.0)] * 3
 
     def test_parked_the_reservation_is_idle(self):
-        parked = run_stack(
-            stack="prod",
-            overrides={
-                "gpuNodes": {"capacityReservation": ODCR_ID, "minSize": 0},
-                "autoscaling": {"parked": True},
-            },
-            aws=on(reservation(total=3)),
+        parked = planned(
+            {"gpuNodes": {"capacityReservation": ODCR_ID, "minSize": 0}, "autoscaling": {"parked": True}},
+            reservation(total=3),
         )
-        (line,) = [i for i in parked.infos if i.startswith("GPU capacity")]
+        (line,) = [i for i in parked.notes if i.startswith("GPU capacity")]
         assert "parked: no GPU node runs on it, 3 reserved stay idle" in line
 
     @pytest.mark.parametrize(("left", "warned"), [(timedelta(hours=5), True), (timedelta(days=2), False)])
     def test_a_block_ending_soon_is_a_warning(self, left, warned):
-        run = block_run(block(end=NOW + left))
+        run = block_planned(block(end=NOW + left))
         said = [w for w in run.warnings if "EKS scales the GPU nodes to 0 forty minutes before" in w]
         assert bool(said) is warned
         if warned:

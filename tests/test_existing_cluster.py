@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -32,6 +32,9 @@ from tests.fakes.pulumi import (
     stack_file_config,
 )
 from tests.helm_releases import OWN_ADDONS, releases
+
+if TYPE_CHECKING:
+    from planning.where import Where
 
 STACK = "byo.example"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -72,6 +75,23 @@ def refused(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> str
     return str(raised.value)
 
 
+def planned(team: TeamCluster | None = None, stack: str = STACK, **overrides: dict[str, Any]) -> Where:
+    """What the program's read step decides on `team` for the stack file with `overrides`
+    (world/reads.py `where_it_serves`, as __main__.read calls it), with no stack run: for the questions
+    planning answers. TestWhatIsBuilt ties what a run builds to it."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from tests.fakes.pulumi import stack_settings
+    from world.reads import where_it_serves
+
+    settings = stack_settings(stack, **overrides)
+    world = AwsState(team=team or TeamCluster()).world(settings.region)
+    caller = world.caller()
+    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
+    namespaces = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, f"ray-llm-eks/{stack}", world, caller, namespaces)
+
+
 @pytest.fixture(scope="module")
 def team_run() -> StackRun:
     return byo()
@@ -96,6 +116,8 @@ class TestWhatIsBuilt:
     ):
         gpu = team_run.one(NODE_GROUP, "gpu-nodes").inputs
         assert gpu["subnetIds"] == [PRIVATE_A]  # private, the cluster's own, us-east-1a offers g6.8xlarge
+        where = planned()  # what the tests of `planned` ask is what the run builds on
+        assert where.existing is not None and where.existing.gpu_subnet.id == PRIVATE_A
         assert gpu["clusterName"] == TEAM_CLUSTER and gpu["version"] == "1.34"
         assert gpu["amiType"] == "AL2023_x86_64_NVIDIA"
         assert gpu["labels"]["role"] == "gpu-worker"  # its labels and taint: TestCoTenancy
@@ -433,8 +455,9 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
 
     def test_a_refresh_principal_on_the_stacks_own_cluster_is_not_warned_about(self):
         drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
-        run = run_stack(overrides={"cluster": {"refreshPrincipalArns": [drift]}})
-        assert not any("refreshPrincipalArns" in w for w in run.warnings)
+        where = planned(stack="dev", cluster={"refreshPrincipalArns": [drift]})
+        assert not any("refreshPrincipalArns" in w for w in where.warnings)
+        assert drift in [e.principal_arn for e in where.access.entries]
 
 
 class TestRefusedAtPreview:
@@ -480,9 +503,12 @@ class TestRefusedAtPreview:
         assert "ray-llm-eks:gpuNodes.subnetId" in said and says in said
 
     def test_a_given_gpu_subnet_is_used(self):
+        """Also the tie between `planned` and the program: what it warns of, the preview says."""
         run = byo(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
         assert run.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == ["subnet-0dd0000000000000d"]
         assert any("outside cluster platform-prod's own" in w for w in run.warnings)
+        where = planned(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
+        assert where.warnings and set(where.warnings) <= set(run.warnings)
 
     def test_installing_what_the_team_runs_already(self):
         said = refused(addons={"loadBalancerController": "install"})
@@ -539,8 +565,8 @@ class TestRefusedAtPreview:
             "prometheus": "install",
             "clusterAutoscaler": "existing",
         }
-        run = byo(replace(TeamCluster(), readable=False), addons=explicit)
-        assert any("existing, unchecked" in w for w in run.warnings)
+        where = planned(replace(TeamCluster(), readable=False), addons=explicit)
+        assert any("existing, unchecked" in w for w in where.warnings)
 
     def test_network_keys_describe_a_vpc_the_stack_does_not_make(self):
         said = refused(network={"vpcCidr": "10.1.0.0/16"})
@@ -573,12 +599,14 @@ class TestTheTeamsSettings:
         assert "cluster platform-prod enforces no NetworkPolicy" in said
         assert '--configuration-values \'{"enableNetworkPolicy": "true"}\'' in said
         assert "ray-llm-eks:cluster.acceptUnenforcedNetworkPolicies: true" in said
-        accepted = byo(unenforced, cluster={"acceptUnenforcedNetworkPolicies": True})
+        accepted = planned(unenforced, cluster={"acceptUnenforcedNetworkPolicies": True})
         assert any("acceptUnenforcedNetworkPolicies: accepted" in w for w in accepted.warnings)
         calico = _workload(
             "DaemonSet", "calico-system", "calico-node", "calico-node", "quay.io/calico/node:v3.30.0"
         )
-        assert byo(replace(unenforced, daemonsets=(calico,)))
+        assert not any(
+            "NetworkPolicy" in w for w in planned(replace(unenforced, daemonsets=(calico,))).warnings
+        )
 
 
 class TestNothingOfTheTeamsIsTakenOver:

@@ -37,7 +37,15 @@ from ops.mocked_run import (
     run_offline,
 )
 from tests.fakes.existing import TeamCluster
-from world.offline import CALLER_ARN, DEFAULT_OFFERINGS, INSTANCE_TYPES, NOW, OfflineWorld, catalog_answer
+from world.offline import (
+    ACCOUNT_ID,
+    CALLER_ARN,
+    DEFAULT_OFFERINGS,
+    INSTANCE_TYPES,
+    NOW,
+    OfflineWorld,
+    catalog_answer,
+)
 
 __all__ = ["FAKE_PRICES", "NLB_HOSTNAME", "NOW", "Registration", "Secret", "StackRun", "mock_id"]
 
@@ -350,15 +358,16 @@ EXISTING_CLUSTER_STACKS = [s for s in STACKS if s not in OWN_CLUSTER_STACKS]
 
 
 def plan_of(stack: str = "dev", team: TeamCluster | None = None, **sections: dict[str, Any]) -> Any:
-    """A stack file's plan as the program makes it at preview: on a team's cluster, with the context
-    the program reads from it (the mocked team's by default)."""
+    """A stack file's plan as the program makes it at preview, in the mocked account (ACCOUNT_ID, which
+    names the model cache's bucket): on a team's cluster, with the context the program reads from it
+    (the mocked team's by default)."""
     from planning import plan_stack
     from planning.addons import plan_addons
     from planning.context import existing_cluster
     from planning.existing_cluster import plan_existing
 
     settings = stack_settings(stack, **sections)
-    plan = plan_stack(settings, stack=stack)
+    plan = plan_stack(settings, stack=stack, account_id=ACCOUNT_ID)
     if not settings.cluster.existing_cluster_name:
         return plan
     team = team or AwsState.for_settings(settings).team or TeamCluster()
