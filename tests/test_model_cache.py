@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -44,10 +45,10 @@ def copy_job(run: StackRun):
     return run.one(JOB, "ray-llm-model-copy")
 
 
-def copy_job_name(**sections: dict) -> str:
+def copy_job_name(**sections: dict[str, Any]) -> str:
     """The copy Job's name for the dev stack file with some sections overridden, as build_serving makes
     it with the plan the program makes (a new name is a new Job: Kubernetes runs it again)."""
-    made = build_serving(stack_settings("dev", **sections), plan_of("dev", **sections)).model_copy
+    made = build_serving(stack_settings("dev", **sections), plan_of("dev", None, **sections)).model_copy
     assert made is not None
     return made.job.metadata.name
 
