@@ -270,3 +270,35 @@ class TestTwoNodeGroups:
         efa = next(r for r in run.registrations if r.name == "device-plugins-efa")
         allowed = efa.inputs["values"]["supportedInstanceLabels"]["values"]
         assert allowed == ["g6.8xlarge", "g6e.8xlarge"]
+
+
+class TestCostPerSide:
+    PRICES = {"eks": 0.1, "ec2:m7i.2xlarge": 0.4, "ec2:g6.8xlarge": 2.0, "ec2:g6e.8xlarge": 4.5, "nat": 0.05}
+
+    def test_each_sides_nodes_priced_at_their_type(self):
+        from planning.cost import cost_report, price_queries
+
+        settings = stack_settings(HETERO)
+        assert {"ec2:g6.8xlarge", "ec2:g6e.8xlarge"} <= {q.key for q in price_queries(settings)}
+        report = cost_report(settings, {**self.PRICES, "nlb": 0.02}, 2)
+        lines = {line.part: line for line in report.serving}
+        assert lines["prefill GPU nodes (g6.8xlarge)"].hourly == 2.0
+        assert lines["decode GPU nodes (g6e.8xlarge)"].hourly == 4.5
+        assert report.total(report.parked) == pytest.approx(0.1 + 0.4 + 0.05 + 0.02)
+
+    def test_the_plan_names_each_sides_nodes(self):
+        from ops.plan import gpu_node_lines
+
+        lines = gpu_node_lines(stack_settings(HETERO), "sa-east-1a", ["sa-east-1a", "sa-east-1b"])
+        assert lines[:2] == [
+            "  GPU, prefill (prefillNodes): 1 x g6.8xlarge in sa-east-1a (min 0, max 1)",
+            "  GPU, decode (decodeNodes): 1 x g6e.8xlarge in sa-east-1a (min 0, max 1)",
+        ]
+
+    def test_the_bench_records_each_sides_gpus(self):
+        from ops.bench import gpu_document
+
+        settings = stack_settings(HETERO)
+        document = gpu_document(settings, plan_stack(settings, stack=HETERO))
+        assert document["sides"]["decode"]["instance_type"] == "g6e.8xlarge"
+        assert (document["nodes"], document["workers"], document["gpus"]) == (2, 2, 2)
