@@ -302,3 +302,74 @@ class TestCostPerSide:
         document = gpu_document(settings, plan_stack(settings, stack=HETERO))
         assert document["sides"]["decode"]["instance_type"] == "g6e.8xlarge"
         assert (document["nodes"], document["workers"], document["gpus"]) == (2, 2, 2)
+
+
+class TestOpsAcrossTheSides:
+    @staticmethod
+    def pod(name: str, node: str, group: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "labels": {"ray.io/group": group}},
+            "spec": {"nodeName": node},
+            "status": {"phase": "Running"},
+        }
+
+    def test_verify_probes_a_pair_across_the_two_types(self):
+        from ops.kv_transfer import Pair, pick_pair
+
+        pods = [
+            self.pod("ray-llm-x-decode-workers-worker-a", "n1", "decode-workers"),
+            self.pod("ray-llm-x-decode-workers-worker-b", "n2", "decode-workers"),
+            self.pod("ray-llm-x-prefill-workers-worker-c", "n3", "prefill-workers"),
+        ]
+        assert pick_pair(pods) == Pair(
+            "ray-llm-x-decode-workers-worker-a", "n1", "ray-llm-x-prefill-workers-worker-c", "n3"
+        )
+        shared = [self.pod(f"ray-llm-x-gpu-workers-worker-{c}", f"n{c}", "gpu-workers") for c in "abc"]
+        assert pick_pair(shared) == Pair(
+            "ray-llm-x-gpu-workers-worker-a", "na", "ray-llm-x-gpu-workers-worker-b", "nb"
+        )
+
+    def test_status_names_each_nodes_side(self):
+        from ops.status import GpuNodeInfo, StatusReport, parse_gpu_node
+
+        node = {
+            "metadata": {
+                "name": "ip-1",
+                "labels": {
+                    "node.kubernetes.io/instance-type": "g6e.8xlarge",
+                    "topology.kubernetes.io/zone": "sa-east-1a",
+                    GPU_SIDE_LABEL: "decode",
+                },
+            },
+            "status": {"allocatable": {"nvidia.com/gpu": "1", "vpc.amazonaws.com/efa": "1"}},
+        }
+        parsed = parse_gpu_node(node)
+        assert parsed.side == "decode"
+        report = StatusReport("inference", "ray-llm", None, (), (parsed,))
+        assert "SIDE" in report.format() and " decode " in report.format()
+        shared = StatusReport(
+            "inference", "ray-llm", None, (), (GpuNodeInfo("ip-2", "g6.8xlarge", "a", 1, 1),)
+        )
+        assert "SIDE" not in shared.format()
+
+    def test_the_dashboards_gpu_panels_have_a_query_per_side(self):
+        from manifests.pd_dashboard import panels
+
+        utilisation = next(
+            p for p in panels(stack_settings(HETERO)) if p["title"] == "GPU utilisation per worker"
+        )
+        legends = [t["legendFormat"] for t in utilisation["targets"]]
+        assert [legend.split(":")[0] for legend in legends] == [
+            "prefill (g6.8xlarge)",
+            "decode (g6e.8xlarge)",
+        ]
+        assert '{pod=~".+-decode-workers-.+"}' in utilisation["targets"][1]["expr"]
+        shared = next(p for p in panels(stack_settings("dev")) if p["title"] == "GPU utilisation per worker")
+        assert len(shared["targets"]) == 1
+
+    def test_preflight_counts_both_sides_vcpus(self):
+        from ops.preflight import vcpus_needed
+
+        needed = vcpus_needed(stack_settings(HETERO))
+        # g6.8xlarge and g6e.8xlarge: 32 vCPUs each, one of each at maxSize, in the G and VT quota.
+        assert max(needed.values()) == 64
