@@ -131,6 +131,26 @@ class TestRefusedNamingTheKey:
         )
 
 
+class TestEachSideAgainstItsType:
+    def test_a_side_that_does_not_fit_its_type_is_named(self):
+        found = refusals(HETERO, model={"maxModelLen": 65536})
+        (problem,) = [p for p in found if p.startswith(f"{PROJECT}:model:")]
+        assert problem.startswith(
+            f"{PROJECT}:model: prefill on {PROJECT}:prefillNodes.instanceType g6.8xlarge"
+        )
+        assert "prefillNodes.instanceType g6.12xlarge" in problem  # the fixes name the side's section
+        assert "decode on" not in problem  # g6e.8xlarge holds it
+
+    def test_idle_nodes_of_a_side_are_a_warning_naming_its_section(self):
+        settings = stack_settings(HETERO, decodeNodes={"desiredSize": 2, "maxSize": 2})
+        warnings = plan_stack(settings, stack=HETERO).warnings
+        assert any(
+            w.startswith(f"{PROJECT}:decodeNodes: the decode workers use at most 1 GPU(s)")
+            and "set decodeNodes.desiredSize 1" in w
+            for w in warnings
+        ), warnings
+
+
 class TestPlanPerSide:
     @pytest.fixture(scope="class")
     def plan(self):
