@@ -54,10 +54,18 @@ from manifests.observability.monitors import head_metrics_ports, pod_monitors
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
-from manifests.serve_app import LLM_POLICY, PREFIX_ROUTER, ServeConfig, build_serve_config, routes_by_prefix
+from manifests.serve_app import (
+    LLM_POLICY,
+    PREFIX_ROUTER,
+    SIDE_RESOURCES,
+    ServeConfig,
+    build_serve_config,
+    routes_by_prefix,
+)
 from planning import Plan
 from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
+from planning.plan import SidePlan
 
 HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
@@ -87,6 +95,9 @@ class WorkerGroupSpec(K8sModel):
     replicas: int = Field(ge=0)
     min_replicas: int = Field(ge=0)
     max_replicas: int = Field(ge=0)
+    resources: dict[str, str] | None = None
+    """Ray resources of each worker (KubeRay 1.7 passes them to `ray start --resources`, and Ray's
+    autoscaler reads them: ray/autoscaler/_private/kuberay/autoscaling_config.py `_get_custom_resources`)."""
     ray_start_params: dict[str, str]
     template: PodTemplate
 
@@ -231,6 +242,7 @@ def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
         serving,
         mode=serving.mode,
         policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
+        pinned=plan.split,
     )
 
 
@@ -356,10 +368,11 @@ def _head_pod(settings: Settings, plan: Plan) -> PodSpec:
     )
 
 
-def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
-    """The GPU workers' environment: the KV transfer's (EFA, NIXL, UCX), the model cache's, the token's."""
+def _worker_env(settings: Settings, plan: Plan, side: SidePlan | None = None) -> list[EnvVar]:
+    """The GPU workers' environment: the KV transfer's (EFA, NIXL, UCX), the model cache's, the token's.
+    `side`: the side whose workers these are, where the sides have node groups of their own."""
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
-    gpu = plan.gpu
+    gpu = side.gpu if side else plan.gpu
     env = [
         # libfabric's EFA provider; NIXL's LIBFABRIC backend goes through it.
         EnvVar(name="FI_PROVIDER", value="efa"),
@@ -398,25 +411,26 @@ def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
     return env
 
 
-def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
-    """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache."""
-    worker_size = plan.worker
-    tp = settings.model.tensor_parallel_size
+def _worker_pod(settings: Settings, plan: Plan, side: SidePlan | None = None) -> PodSpec:
+    """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache.
+    `side`: a side's worker on its own nodes (None: either side's, on the shared GPU nodes)."""
+    worker_size = side.worker if side else plan.worker
+    tp = side.tensor_parallel_size if side else settings.model.tensor_parallel_size
     where = placement(settings)
     image = plan.image
-    env = _worker_env(settings, plan)
+    env = _worker_env(settings, plan, side)
     worker_limits = {
         "cpu": worker_size.cpu,
         "memory": worker_size.memory,
         GPU_RESOURCE: str(tp),
-        EFA_RESOURCE: str(plan.efa_per_worker),
+        EFA_RESOURCE: str(side.efa_per_worker if side else plan.efa_per_worker),
     }
-    tolerations = tolerations_of([where.gpu_toleration]) if settings.gpu_nodes.taint else None
+    tolerations = tolerations_of([where.gpu_toleration]) if where.gpu_tainted else None
     return PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
         termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
         + TERMINATION_MARGIN_SECONDS,
-        node_selector=where.gpu_selector,
+        node_selector=where.side_selector(side.side) if side else where.gpu_selector,
         tolerations=tolerations,
         # Workers never call the Kubernetes API (the autoscaler is in the head pod); their AWS access
         # is Pod Identity's own projected token.
@@ -442,7 +456,9 @@ def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
         volumes=[
             Volume(
                 name="dshm",
-                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=plan.shm_size),
+                empty_dir=EmptyDirVolumeSource(
+                    medium="Memory", size_limit=side.shm_size if side else plan.shm_size
+                ),
             ),
             # On the node's disk, not the pod's: the weights are downloaded once per node, not per pod.
             Volume(
@@ -451,6 +467,25 @@ def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
             ),
             Volume(name="plugins", config_map=ConfigMapVolumeSource(name=RAY_PLUGINS)),
         ],
+    )
+
+
+def side_worker_group(settings: Settings, plan: Plan, side: SidePlan) -> WorkerGroupSpec:
+    """A side's own worker group, on its own GPU nodes (`prefillNodes`, `decodeNodes`): its pods select
+    the side's nodes by label, and each advertises one unit of the side's Ray resource per GPU, which
+    only that side's engine workers ask for (manifests/serve_app.py `SIDE_RESOURCES`)."""
+    tp = side.tensor_parallel_size
+    return WorkerGroupSpec(
+        group_name=f"{side.side}-workers",
+        replicas=side.workers,
+        min_replicas=side.workers,
+        max_replicas=side.max_workers,
+        resources={SIDE_RESOURCES[side.side]: str(tp)},
+        ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
+        template=PodTemplate(
+            metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
+            spec=_worker_pod(settings, plan, side),
+        ),
     )
 
 
@@ -508,7 +543,9 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                             spec=worker_pod,
                         ),
                     )
-                ],
+                ]
+                if not plan.split
+                else [side_worker_group(settings, plan, side) for side in plan.sides],
             ),
         ),
     )

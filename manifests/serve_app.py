@@ -30,6 +30,10 @@ from config.serving import ModelConfig, ServingConfig
 from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+SIDE_RESOURCES = {"prefill": "prefill-worker", "decode": "decode-worker"}
+"""The Ray resource each side's worker group advertises, one per GPU, where the sides have node groups
+of their own. Never a name ending in `gpu`: KubeRay 1.7 reads a group resource of that name as the GPU
+count (ray-operator/controllers/ray/utils/resources.go `IsGPUResourceKey`)."""
 VLLM_KV_LEASE_SECONDS = 30
 """vLLM 0.26's NixlConnector lease when none is given (nixl/base_scheduler.py:70-76): rendered only when
 model.kvLeaseSeconds differs, so a stack that keeps it sees no serve-config change."""
@@ -155,11 +159,29 @@ class CallbackConfig(ServeModel):
     callback_class: str = Field(pattern=r"^[\w.]+:\w+$")
 
 
+class PlacementBundle(ServeModel):
+    """One engine worker's bundle: a GPU, and one unit of the side's own Ray resource."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    GPU: float = Field(gt=0)
+
+
+class PlacementGroupConfig(ServeModel):
+    """LLMConfig.placement_group_config: Ray 2.58 repeats `bundle_per_worker` once per engine worker
+    (tensor x pipeline parallel size) and keeps the default strategy, PACK
+    (ray/llm/_internal/serve/engines/vllm/vllm_models.py `placement_bundles`, `placement_strategy`)."""
+
+    bundle_per_worker: PlacementBundle
+
+
 class LLMSide(ServeModel):
     model_loading_config: ModelLoadingConfig
     engine_kwargs: EngineKwargs
     deployment_config: DeploymentConfig
     callback_config: CallbackConfig | None = None
+    placement_group_config: PlacementGroupConfig | None = None
+    """Where the sides have worker groups of their own: each engine worker asks for one unit of its
+    side's Ray resource, which only that side's worker group advertises (manifests/rayservice.py)."""
 
 
 class PDArgs(ServeModel):
@@ -328,9 +350,16 @@ def _side(
     engine_id: str,
     deployment: DeploymentConfig,
     kv_path: KvPath | None,
+    pinned: bool = False,
 ) -> LLMSide:
-    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated)."""
+    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated).
+    `pinned`: the side's engine workers run only on its own worker group (`SIDE_RESOURCES`)."""
     return LLMSide(
+        placement_group_config=PlacementGroupConfig(
+            bundle_per_worker=PlacementBundle.model_validate({"GPU": 1, SIDE_RESOURCES[engine_id]: 1})
+        )
+        if pinned
+        else None,
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
         else None,
@@ -370,8 +399,10 @@ def _pd_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    pinned: bool = False,
 ) -> ServeApplication:
-    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL."""
+    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL.
+    `pinned`: each side on its own worker group."""
     return ServeApplication(
         name=name,
         args=PDArgs(
@@ -381,6 +412,7 @@ def _pd_application(
                 "prefill",
                 routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
                 kv_path,
+                pinned,
             ),
             decode_config=_side(
                 model,
@@ -388,6 +420,7 @@ def _pd_application(
                 "decode",
                 routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
                 kv_path,
+                pinned,
             ),
         ),
     )
@@ -439,17 +472,18 @@ def build_serve_config(
     serving: ServingConfig | None = None,
     mode: Literal["disaggregated", "aggregated"] = "disaggregated",
     policy_scope: Mapping[str, str] | None = None,
+    pinned: bool = False,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
     engine kwargs. `mode`: `serving.mode`, which builder's application. `policy_scope`: the LLM-signal
-    policy's pod selectors (`llm_policy`)."""
+    policy's pod selectors (`llm_policy`). `pinned`: each side on its own worker group (`SIDE_RESOURCES`)."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     application = (
         _aggregated_application(application_name, model, source, scaling, serving, policy_scope)
         if mode == "aggregated"
-        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope)
+        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope, pinned)
     )
     return ServeConfig(applications=[application])

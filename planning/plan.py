@@ -17,6 +17,7 @@ from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
+from config.sides import SideNodes, all_side_nodes, split
 from planning.arns import check_arns
 from planning.capacity import (
     GIB,
@@ -42,12 +43,45 @@ from planning.kv_path import (
     TransferFloor,
     crossing,
     plan_kv_path,
+    plan_kv_path_between,
     prefix_cache,
+    slower_floor,
     transfer_floor,
 )
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
+
+
+@dataclass(frozen=True)
+class SidePlan:
+    """What one side, prefill or decode, runs on: its GPU type, its workers and whether the model fits."""
+
+    side: Literal["prefill", "decode"]
+    section: str
+    """The stack-file section of its nodes: `prefillNodes`, `decodeNodes`, or `gpuNodes` (shared)."""
+    gpu: InstanceType
+    tensor_parallel_size: int
+    pods_per_node: int
+    workers: int
+    """The side's worker pods at least: one per replica."""
+    max_workers: int
+    worker: WorkerResources
+    efa_per_worker: int
+    shm_size: str
+    fit: FitReport
+    kv_floor: TransferFloor
+    """What this end of the KV path carries (the pair's floor is the slower end's)."""
+
+    def hardware_summary(self) -> str:
+        gpu, tp = self.gpu, self.tensor_parallel_size
+        return (
+            f"{self.side} on {self.section}: {gpu.name} (per {gpu.origin}): {gpu.vcpu} vCPU, "
+            f"{gpu.memory_gib} GiB, {gpu.gpus} x {gpu.gpu_model} {gpu.gpu_memory_gib:g} GiB, "
+            f"{gpu.efa_interfaces} EFA, GPUDirect RDMA {'yes' if gpu.gpudirect_rdma else 'no'}; "
+            f"{self.pods_per_node} worker(s) per node, each {tp} GPU, {self.efa_per_worker} EFA, "
+            f"{self.worker.cpu} CPU, {self.worker.memory} memory, /dev/shm {self.shm_size}"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,35 @@ class Plan:
     """What preview should say but not refuse."""
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
+    sides: tuple[SidePlan, ...] = ()
+    """Where the sides run on GPU node groups of their own (`prefillNodes`, `decodeNodes`): prefill's
+    and decode's plans, and the fields above are prefill's (the KV path and floor the pair's). Empty
+    where both share `gpuNodes`."""
+
+    @property
+    def split(self) -> bool:
+        """Whether each side has a GPU node group and a worker group of its own."""
+        return bool(self.sides)
+
+    def side(self, side: Literal["prefill", "decode"]) -> SidePlan:
+        """The side's plan: its own, or on shared `gpuNodes` the stack's."""
+        for found in self.sides:
+            if found.side == side:
+                return found
+        return SidePlan(
+            side=side,
+            section="gpuNodes",
+            gpu=self.gpu,
+            tensor_parallel_size=self.fit.tensor_parallel_size,
+            pods_per_node=self.gpu_pods_per_node,
+            workers=self.gpu_workers,
+            max_workers=self.max_gpu_workers,
+            worker=self.worker,
+            efa_per_worker=self.efa_per_worker,
+            shm_size=self.shm_size,
+            fit=self.fit,
+            kv_floor=self.kv_floor,
+        )
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -118,6 +181,17 @@ class Plan:
 
     def summaries(self) -> tuple[str, ...]:
         """What the preview logs about the hardware, the fit and the KV path."""
+        if self.sides:
+            return (
+                *(
+                    line
+                    for side in self.sides
+                    for line in (side.hardware_summary(), f"{side.side}: {side.fit.summary()}")
+                ),
+                self.kv_path.summary(),
+                self.kv_floor.summary(),
+                self.kv_crossing.summary(),
+            )
         if self.mode == "aggregated":
             return (
                 self.hardware_summary(),
@@ -139,15 +213,19 @@ def default_cluster_name(stack: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", f"{PROJECT}-{stack}")[:100].rstrip("-")
 
 
-def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[InstanceType, list[str]]:
-    nodes = settings.gpu_nodes
+def _gpu_type(
+    settings: Settings, ec2: Ec2InstanceType | None, side: SideNodes | None = None
+) -> tuple[InstanceType, list[str]]:
+    """`side`: a side's own nodes (`prefillNodes`, `decodeNodes`); None: `gpuNodes`."""
+    nodes = side.config if side else settings.gpu_nodes
+    section = side.section if side else "gpuNodes"
     spec, warnings = resolve(
-        nodes.instance_type, nodes.instance_spec, ec2, f"{PROJECT}:gpuNodes.instanceSpec"
+        nodes.instance_type, nodes.instance_spec, ec2, f"{PROJECT}:{section}.instanceSpec"
     )
     if spec is None:
         reason = (
             f"{nodes.instance_type!r} is not in the instance catalog, and offline nobody asks EC2; describe "
-            f"it with {PROJECT}:gpuNodes.instanceSpec, or pick a catalogued type"
+            f"it with {PROJECT}:{section}.instanceSpec, or pick a catalogued type"
         )
     elif not spec.has_gpu:
         reason = f"{nodes.instance_type!r} has no GPU"
@@ -156,7 +234,7 @@ def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[Instance
     else:
         return spec, warnings
     allowed = ", ".join(known_types(gpu=True, efa=True))
-    raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; catalogued: {allowed}"])
+    raise ConfigError([f"{PROJECT}:{section}.instanceType: {reason}; catalogued: {allowed}"])
 
 
 def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
@@ -386,6 +464,22 @@ def plan_stack(
     """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
     `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
     `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
+    if split(settings):
+        warnings = check_arns(settings, account_id) + exposure_warnings(settings)
+        return _plan_split(settings, stack=stack, ec2=ec2 or {}, account_id=account_id, warnings=warnings)
+    return _plan_shared(settings, stack=stack, ec2=ec2, account_id=account_id)
+
+
+def _plan_shared(
+    settings: Settings,
+    *,
+    stack: str,
+    ec2: Mapping[str, Ec2InstanceType] | None = None,
+    account_id: str | None = None,
+) -> Plan:
+    """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
+    `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
+    `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
     ec2 = ec2 or {}
     arn_warnings = check_arns(settings, account_id) + exposure_warnings(settings)
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
@@ -496,3 +590,228 @@ def plan_stack(
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
     )
+
+
+def side_tensor_parallel_size(settings: Settings, side: Literal["prefill", "decode"]) -> tuple[int, str]:
+    """The side's tensor-parallel size and the key that sets it: the shared `model.tensorParallelSize`
+    (a side's own engine settings, once the model has them, override it here)."""
+    return settings.model.tensor_parallel_size, f"{PROJECT}:model.tensorParallelSize"
+
+
+def _side_replicas(settings: Settings, side: Literal["prefill", "decode"]) -> tuple[int, int, str]:
+    """(replicas at least, at most, the key of the most) of a side."""
+    model, scaling = settings.model, settings.autoscaling
+    least = model.prefill_replicas if side == "prefill" else model.decode_replicas
+    most = getattr(scaling, side).max_replicas
+    key = f"autoscaling.{side}.maxReplicas" if most else f"model.{side}Replicas"
+    return least, most or least, key
+
+
+def _side_problems(
+    settings: Settings, nodes: SideNodes, gpu: InstanceType, tp: int, tp_key: str
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of one side on its own GPU nodes: its workers against its nodes."""
+    section, config = f"{PROJECT}:{nodes.section}", nodes.config
+    _, most, most_key = _side_replicas(settings, nodes.side)
+    per_node = pods_per_node(gpu, tp)
+    problems: list[str] = []
+    warnings: list[str] = []
+    idle = idle_gpus(gpu, tp)
+    if idle:
+        better = tensor_parallel_for_all_gpus(gpu)
+        summary = (
+            f"{section}.instanceType {gpu.name} has {gpu.gpus} GPUs and {gpu.efa_interfaces} EFA "
+            f"interface(s); each {nodes.side} worker needs one, so a node hosts {per_node} worker(s) of "
+            f"{tp_key} {tp} and {idle} of its {gpu.gpus} GPUs sit idle"
+        )
+        fix = f"{tp_key} {better}" if better else "a type with one GPU per EFA interface"
+        if config.accept_idle_gpus:
+            warnings.append(f"{summary}, as {nodes.section}.acceptIdleGpus says; to use them: {fix}")
+        else:
+            problems.append(f"{summary}; use {fix}, or set {section}.acceptIdleGpus: true")
+    capacity = config.max_size * per_node
+    if most > capacity:
+        problems.append(
+            f"{PROJECT}:{most_key} = {most} {nodes.side} workers at most, but {section}.maxSize "
+            f"{config.max_size} x {per_node} worker(s) per {gpu.name} hosts only {capacity}; raise "
+            f"{nodes.section}.maxSize (and desiredSize)"
+        )
+    if settings.serving.worker.privileges == "privileged" and per_node > 1 and most > 1:
+        problems.append(
+            f"{PROJECT}:serving.worker.privileges is privileged, but {per_node} {nodes.side} workers share "
+            f"a {gpu.name} ({section}.instanceType, {tp_key}): a privileged container sees every GPU of the "
+            "node, so two workers would both start on GPU 0; use ipc-lock, or a tensorParallelSize of all "
+            "the node's GPUs"
+        )
+    running = 0 if settings.autoscaling.parked else config.desired_size
+    if running and per_node and most < running * per_node:
+        used, held = most * tp, running * gpu.gpus
+        warnings.append(
+            f"{section}: the {nodes.side} workers use at most {used} GPU(s) ({most} worker(s) x {tp_key} "
+            f"{tp}), but {nodes.section}.desiredSize {running} x {gpu.name} hold {held}: {held - used} "
+            f"GPU(s) paid for and idle; set {nodes.section}.desiredSize {-(-most // per_node)}, or more "
+            f"{nodes.side} replicas"
+        )
+    return problems, warnings
+
+
+def _split_system(
+    settings: Settings, ec2: Mapping[str, Ec2InstanceType], warnings: list[str]
+) -> InstanceType | None:
+    """The system node type of a plan with per-side GPU nodes, adding what preview says about it and
+    the cluster's version to `warnings` (as `_plan_shared` does)."""
+    system_nodes = settings.system_nodes
+    system, system_warnings = resolve(
+        system_nodes.instance_type,
+        system_nodes.instance_spec,
+        ec2.get(system_nodes.instance_type),
+        f"{PROJECT}:systemNodes.instanceSpec",
+    )
+    warnings += system_warnings
+    if system is None:
+        warnings.append(
+            f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
+            f"catalog: describe it with {PROJECT}:systemNodes.instanceSpec so preview can check that the "
+            "Ray head fits"
+        )
+    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
+    if extended:
+        warnings.append(
+            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
+            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
+        )
+    return system
+
+
+def _side_plan(
+    settings: Settings,
+    nodes: SideNodes,
+    gpu: InstanceType,
+    tp: int,
+    tp_key: str,
+    kv_path: KvPath,
+    problems: list[str],
+    warnings: list[str],
+) -> SidePlan:
+    """One side on its own GPU nodes: its workers and the fit on its type at its tensor-parallel size,
+    adding what cannot work to `problems` and what preview says to `warnings`."""
+    model = settings.model
+    host_kv = kv_path.buffer_device == "cpu"
+    per_node = pods_per_node(gpu, tp)
+    resources = worker_resources(gpu, per_node, settings.serving.worker)
+    shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
+    problems += _worker_problems(settings, gpu, per_node, shm)
+    side_problems, side_warnings = _side_problems(settings, nodes, gpu, tp, tp_key)
+    problems += side_problems
+    warnings += side_warnings
+    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv, tensor_parallel_size=tp)
+    where = f"{nodes.side} on {PROJECT}:{nodes.section}.instanceType {gpu.name}"
+    if not fit.fits and model.fit_check == "warn":
+        warnings.append(f"{PROJECT}:model: {where}: {fit.summary()} (model.fitCheck is warn: going on)")
+    elif not fit.fits:
+        sized = model.model_copy(update={"tensor_parallel_size": tp})
+        elsewhere = fits_elsewhere(sized, gpu, settings.serving.worker, host_kv)
+        fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+        fixes = fixes.replace("gpuNodes.", f"{nodes.section}.")
+        problems.append(f"{PROJECT}:model: {where}: {fit.summary()}{fixes}; or set model.fitCheck: warn")
+    least, most, _ = _side_replicas(settings, nodes.side)
+    efa = efa_per_pod(gpu, per_node)
+    return SidePlan(
+        side=nodes.side,
+        section=nodes.section,
+        gpu=gpu,
+        tensor_parallel_size=tp,
+        pods_per_node=per_node,
+        workers=least,
+        max_workers=most,
+        worker=resources,
+        efa_per_worker=efa,
+        shm_size=shm,
+        fit=fit,
+        kv_floor=transfer_floor(kv_path, gpu, efa, tp),
+    )
+
+
+def _plan_split(
+    settings: Settings,
+    *,
+    stack: str,
+    ec2: Mapping[str, Ec2InstanceType],
+    account_id: str | None,
+    warnings: list[str],
+) -> Plan:
+    """`plan_stack` where each side has a GPU node group of its own (`prefillNodes`, `decodeNodes`):
+    each side's type, workers and fit against its own nodes, the KV path between the two types."""
+    model = settings.model
+    problems: list[str] = []
+    sides = all_side_nodes(settings)
+    gpus: list[InstanceType] = []
+    for nodes in sides:
+        gpu, found = _gpu_type(settings, ec2.get(nodes.config.instance_type), nodes)
+        warnings += [w for w in found if w not in warnings]
+        gpus.append(gpu)
+    sizes = [side_tensor_parallel_size(settings, nodes.side) for nodes in sides]
+    too_wide = [
+        f"{key}: {tp} needs {tp} GPUs in one {nodes.side} pod, but {PROJECT}:{nodes.section}.instanceType "
+        f"{gpu.name} has {gpu.gpus}"
+        for nodes, gpu, (tp, key) in zip(sides, gpus, sizes, strict=True)
+        if tp > gpu.gpus
+    ]
+    if too_wide:
+        raise ConfigError(too_wide)
+    system = _split_system(settings, ec2, warnings)
+    problems += _head_problems(settings, system)
+    kv_path, kv_warnings = plan_kv_path_between(model, gpus[0], gpus[1])
+    warnings += kv_warnings
+    plans = [
+        _side_plan(settings, nodes, gpu, tp, tp_key, kv_path, problems, warnings)
+        for nodes, gpu, (tp, tp_key) in zip(sides, gpus, sizes, strict=True)
+    ]
+    warnings += _kv_keys_unused(settings)
+    warnings += _prefix_router_without_cache(settings)
+    # Zero-downtime upgrades need room for a second cluster on each side's nodes: the tighter side decides.
+    tightest = min(
+        plans,
+        key=lambda p: (sides[SIDE_INDEX[p.side]].config.max_size * p.pods_per_node) / (2 * p.max_workers),
+    )
+    try:
+        upgrade = plan_upgrades(
+            settings,
+            system,
+            sides[SIDE_INDEX[tightest.side]].config.max_size * tightest.pods_per_node,
+            tightest.max_workers,
+        )
+    except ValueError as error:
+        problems.append(str(error).replace("gpuNodes.maxSize", f"{tightest.section}.maxSize"))
+        upgrade = UpgradePlan(zero_downtime=False)
+    if problems:
+        raise ConfigError(problems)
+    floor = slower_floor([p.kv_floor for p in plans])
+    slower = next(p for p in plans if p.kv_floor is floor)
+    prefill = plans[0]
+    cluster_name = settings.cluster.name or default_cluster_name(stack)
+    return Plan(
+        cluster_name=cluster_name,
+        gpu=prefill.gpu,
+        system=system,
+        gpu_pods_per_node=prefill.pods_per_node,
+        gpu_workers=sum(p.workers for p in plans),
+        max_gpu_workers=sum(p.max_workers for p in plans),
+        worker=prefill.worker,
+        efa_per_worker=prefill.efa_per_worker,
+        shm_size=prefill.shm_size,
+        fit=prefill.fit,
+        kv_path=kv_path,
+        kv_floor=floor,
+        kv_crossing=crossing(model, floor, slower.tensor_parallel_size),
+        upgrade=upgrade,
+        image=_image(settings),
+        warnings=tuple(warnings),
+        model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
+        context=own_cluster(settings),
+        mode=settings.serving.mode,
+        sides=tuple(plans),
+    )
+
+
+SIDE_INDEX = {"prefill": 0, "decode": 1}
