@@ -10,6 +10,8 @@ dashboard panel stays empty, an alert never fires.
   vllm/v1/engine/__init__.py:30); a request decode ends because its KV cache did not arrive is `error`
   (kv_load_failure_policy `fail`, v1/core/sched/scheduler.py:1868-1873). `nixl_num_failed_transfers`
   counts each read that failed or could not start (nixl/base_worker.py:2139-2155, stats.py:52-54,213-219).
+  `prompt_tokens_by_source` counts prompt tokens by where their KV came from (loggers.py:680-693,
+  1194-1200): on decode, `external_kv_transfer` is what NIXL brought (manifests/observability/kv_path.py).
 - Ray 2.58.0 Serve: ray/serve/_private/application_state.py (`serve_application_status`),
   deployment_state.py (`serve_deployment_replica_healthy`, `serve_deployment_status`,
   `serve_autoscaling_target_replicas`), autoscaling_state.py (`serve_autoscaling_desired_replicas`, the
@@ -45,6 +47,7 @@ VLLM_HISTOGRAMS = (
 VLLM_GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
 VLLM_COUNTERS = (
     "prompt_tokens",
+    "prompt_tokens_by_source",
     "generation_tokens",
     "request_success",
     "prefix_cache_queries",
@@ -54,8 +57,12 @@ VLLM_COUNTERS = (
     "nixl_num_kv_expired_reqs",
 )
 
-VLLM_LABEL_VALUES = {"finished_reason": frozenset({"stop", "length", "abort", "error", "repetition"})}
-"""Label values vLLM 0.26.0 writes (vllm/v1/engine/__init__.py:30 FINISH_REASON_STRINGS)."""
+VLLM_LABEL_VALUES = {
+    "finished_reason": frozenset({"stop", "length", "abort", "error", "repetition"}),
+    "source": frozenset({"local_compute", "local_cache_hit", "external_kv_transfer"}),
+}
+"""Label values vLLM 0.26.0 writes (vllm/v1/engine/__init__.py:30 FINISH_REASON_STRINGS;
+`prompt_tokens_by_source`'s `source`, vllm/v1/metrics/stats.py:316-320 PromptTokenStats.ALL_SOURCES)."""
 
 VLLM = (
     {m for name in VLLM_HISTOGRAMS for m in _histogram(f"ray_vllm_{name}")}

@@ -1,0 +1,326 @@
+"""The KV path watched while the stack serves (issue 51): the SLI's recording rules and the alerts that
+hold it to the plan, rendered for every stack file from the plan's own figures and evaluated by promtool
+on series shaped as vLLM 0.26 exports them through Ray 2.58 (a counter absent until its first
+increment; a histogram's `_sum` rebuilt from bucket midpoints, its bucket counts exact).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from manifests.observability import kv_path
+from manifests.observability.kv_path import XFER_TIME_BOUNDS, KvPathFigures, kv_path_group
+from manifests.observability.rules import alert_rules
+from tests.exported_metrics import EXPORTED
+from tests.fakes.pulumi import STACKS, plan_of, stack_settings
+from tests.test_observability import metric_names, unknown_label_values
+from tests.validators import promtool_in
+
+MINUTES = 30
+
+
+@functools.cache
+def figures(stack: str = "dev") -> KvPathFigures:
+    settings = stack_settings(stack)
+    return KvPathFigures.of(plan_of(stack), settings.model.tensor_parallel_size)
+
+
+def recorded(group: dict[str, Any]) -> set[str]:
+    return {r["record"] for r in group["rules"] if "record" in r}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_file_renders_the_kv_path_rules_from_its_plan(stack):
+    settings = stack_settings(stack)
+    plan = plan_of(stack)
+    kv = figures(stack)
+    groups = alert_rules(settings, kv=kv)
+    by_name = {g["name"]: g for g in groups}
+    if settings.serving.mode == "aggregated":
+        assert "kv-path" not in by_name  # no KV crosses nodes
+        return
+    group = by_name["kv-path"]
+    names = recorded(group)
+    for rule in group["rules"]:
+        used = metric_names(rule["expr"])
+        assert used <= EXPORTED | names, f"{rule}: {sorted(used - EXPORTED - names)}"
+        assert not unknown_label_values(rule["expr"]), rule
+    alerts = {r["alert"]: r for r in group["rules"] if "alert" in r}
+    assert alerts["KvRecomputing"]["labels"]["mechanism"] == plan.kv_path.mechanism
+    below = alerts["KvPathBelowFloor"]
+    assert below["expr"].endswith(f"< {plan.kv_floor.gbytes_s:g}")
+    assert below["labels"]["mechanism"] == plan.kv_path.mechanism
+    assert below["labels"]["floor_gbytes_per_second"] == f"{plan.kv_floor.gbytes_s:g}"
+
+
+def test_the_bytes_per_token_are_the_plans_crossing_figures():
+    """The default model: 32 KiB per token (8 attention layers), 25 MiB of Gated DeltaNet state per
+    sequence (planning/capacity.py), one GPU per worker."""
+    kv = figures()
+    assert kv.bytes_per_token == 8 * 2 * 4 * 256 * 2
+    assert kv.state_bytes_per_transfer == 24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
+    assert (kv.mechanism, kv.floor_gbytes_s, kv.expected_gbytes_s) == ("emulated", 0.4, (0.5, 1.0))
+
+
+def test_a_model_of_unknown_size_gets_no_rate_and_no_floor_alert():
+    """Without the KV bytes per token the rate cannot be derived from exact figures: the rules that need
+    it are left out rather than guessed; recompute share and failures stay."""
+    group = kv_path_group(replace(figures(), bytes_per_token=None))
+    assert kv_path.RATE not in recorded(group)
+    assert {r.get("alert") for r in group["rules"]} == {None, "KvRecomputing"}
+
+
+def test_the_time_band_holds_each_transfer_between_its_buckets_bounds():
+    """seconds_least / seconds_most, evaluated as Python on cumulative counts, equal the sum of each
+    transfer's bucket bounds."""
+    times = [0.003, 0.004, 0.02, 0.09, 0.6, 3.0, 7.0]
+    bounds = (0.0, *XFER_TIME_BOUNDS, XFER_TIME_BOUNDS[-1] * 2)
+    least = most = 0.0
+    for t in times:
+        i = next((i for i, b in enumerate(bounds) if i and t <= b), len(bounds) - 1)
+        least += bounds[i - 1]
+        most += bounds[i]
+    cumulative = {b: sum(t <= b for t in times) for b in XFER_TIME_BOUNDS}
+    n, last = len(times), XFER_TIME_BOUNDS[-1]
+    formula_least = n * last - sum(
+        cumulative[u] * (u - prev)
+        for prev, u in zip((0.0, *XFER_TIME_BOUNDS), XFER_TIME_BOUNDS, strict=False)
+    )
+    uppers = (*XFER_TIME_BOUNDS[1:], last * 2)
+    formula_most = n * last * 2 - sum(
+        cumulative[u] * (up - u) for u, up in zip(XFER_TIME_BOUNDS, uppers, strict=True)
+    )
+    assert formula_least == pytest.approx(least)
+    assert formula_most == pytest.approx(most)
+    assert least <= sum(min(t, 10) for t in times) <= most
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One decode worker as vLLM 0.26 exports it through Ray, per minute: `transfers` reads of
+    `tokens` prompt tokens each, each taking `seconds` (a hybrid model's decode computes one token per
+    request itself), and `recomputed` prompt tokens computed without any KV from prefill."""
+
+    worker: str
+    transfers: int = 0
+    tokens: int = 2000
+    seconds: float = 0.09
+    local_per_request: int = 1
+    recomputed: int = 0
+    start: int = 2
+    """The minute the first request arrives: every series absent before."""
+
+    def labels(self, **extra: str) -> str:
+        pairs = {
+            "ray_io_cluster": "ray-llm-a",
+            "model_name": "qwen3.5-9b",
+            "engine": "0",
+            "WorkerId": self.worker,
+        }
+        return "{" + ",".join(f'{k}="{v}"' for k, v in {**pairs, **extra}.items()) + "}"
+
+    def counter(self, per_minute: float) -> str:
+        """Absent, then its first value, then rising: as Ray exports a vLLM counter."""
+        if not per_minute:
+            return ""
+        return " ".join(
+            ["_"] * self.start + [f"{per_minute * (m + 1):g}" for m in range(MINUTES - self.start)]
+        )
+
+    def series(self) -> list[dict[str, str]]:
+        out = []
+
+        def add(name: str, per_minute: float, **extra: str) -> None:
+            if values := self.counter(per_minute):
+                out.append({"series": f"{name}{self.labels(**extra)}", "values": values})
+
+        tokens = "ray_vllm_prompt_tokens_by_source_total"
+        add(tokens, self.transfers * self.tokens, source="external_kv_transfer")
+        add(tokens, self.transfers * self.local_per_request + self.recomputed, source="local_compute")
+        xfer = "ray_vllm_nixl_xfer_time_seconds"
+        add(f"{xfer}_count", self.transfers)
+        bounds = (0.0, *XFER_TIME_BOUNDS)
+        upper = next((b for b in XFER_TIME_BOUNDS if self.seconds <= b), None)
+        lower = max(b for b in bounds if b < self.seconds)
+        midpoint = (lower + upper) / 2 if upper else 2 * XFER_TIME_BOUNDS[-1]
+        add(f"{xfer}_sum", self.transfers * midpoint)  # Ray's midpoint sum
+        if self.transfers:  # a histogram appears with every bucket, those still at 0 included
+            zero = " ".join(["_"] * self.start + ["0"] * (MINUTES - self.start))
+            for bound in XFER_TIME_BOUNDS:
+                below = upper is None or bound < upper
+                values = zero if below else self.counter(self.transfers)
+                out.append({"series": f"{xfer}_bucket{self.labels(le=f'{bound:g}')}", "values": values})
+            add(f"{xfer}_bucket", self.transfers, le="+Inf")
+        requests = self.transfers + (1 if self.recomputed else 0)
+        out.append(
+            {
+                "series": "ray_serve_deployment_request_counter_total"
+                + self.labels(
+                    application="qwen", deployment="Decode:qwen3_5-9b", replica=self.worker, route="/"
+                ),
+                "values": self.counter(requests),
+            }
+        )
+        return out
+
+
+def promtool_test(tmp_path: Path, kv: KvPathFigures, series: list[dict[str, str]], **tests: list) -> None:
+    group = kv_path_group(kv)
+    for rule in group["rules"]:
+        rule.pop("annotations", None)  # promtool compares them to the letter; check rules checks them
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [group]}))
+    result = promtool_in(tmp_path, "check", "rules", "rules.yaml")
+    assert "SUCCESS" in result.stdout
+    (tmp_path / "tests.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, **tests}],
+            },
+            width=1000,
+        )
+    )
+    promtool_in(tmp_path, "test", "rules", "tests.yaml")
+
+
+HEALTHY = Decode("d-healthy", transfers=10, seconds=0.09)
+"""2000 tokens: 64 MiB of KV and 25 MiB of state, 92 MB in 90 ms: about 1 GB/s, the bounce copy's rate."""
+SLOW = Decode("d-slow", transfers=10, seconds=0.6)
+"""The same in 600 ms: 0.15 GB/s, under the floor (0.4) even read most generously (500 ms)."""
+BORDERLINE = Decode("d-borderline", transfers=10, seconds=0.25)
+"""In 200-300 ms: between 0.31 and 0.46 GB/s, Ray's midpoint 0.37; it may be above the floor, so no alert
+(one that fires must be sure)."""
+RECOMPUTING = Decode("d-recompute", recomputed=20000)
+"""Gets no KV at all: computes every prompt token."""
+ATTENTION = Decode("d-attention", transfers=10, seconds=0.09, local_per_request=0)
+"""An attention-only model's decode computes no prompt token: no `local_compute` series at all."""
+PREFILL = [
+    {
+        "series": 'ray_vllm_prompt_tokens_by_source_total{ray_io_cluster="ray-llm-a",model_name="qwen3.5-9b",'
+        'engine="0",WorkerId="p1",source="local_compute"}',
+        "values": "_ _ " + " ".join(str(20000 * (m + 1)) for m in range(MINUTES - 2)),
+    }
+]
+"""Prefill computes every prompt token: never a decode worker that recomputes."""
+
+
+def bytes_of(d: Decode, kv: KvPathFigures) -> float:
+    assert kv.bytes_per_token is not None
+    return d.tokens * kv.bytes_per_token + kv.state_bytes_per_transfer
+
+
+def test_promtool_the_sli_per_decode_worker(tmp_path: Path):
+    """The achieved rate from exact figures, and the band that Ray's midpoint time leaves; the recompute
+    share; all at 12 minutes, the 5-minute windows full."""
+    kv = figures()
+    size = bytes_of(HEALTHY, kv)
+
+    def sample(worker: str, value: float) -> dict[str, Any]:
+        return {"labels": f'{{ray_io_cluster="ray-llm-a",WorkerId="{worker}"}}', "value": value}
+
+    def rounded(record: str) -> str:
+        return f"round({record}, 0.001)"
+
+    tests = [
+        # 92 MB in 75-100 ms (bucket 0.075-0.1, Ray's midpoint 87.5 ms).
+        (
+            kv_path.RATE,
+            [
+                sample("d-healthy", round(size / 0.0875 / 1e9, 3)),
+                sample("d-attention", round(size / 0.0875 / 1e9, 3)),
+                sample("d-slow", round(size / 0.625 / 1e9, 3)),
+            ],
+        ),
+        (
+            kv_path.RATE_MOST,
+            [
+                sample("d-healthy", round(size / 0.075 / 1e9, 3)),
+                sample("d-attention", round(size / 0.075 / 1e9, 3)),
+                sample("d-slow", round(size / 0.5 / 1e9, 3)),
+            ],
+        ),
+        (
+            kv_path.RATE_LEAST,
+            [
+                sample("d-healthy", round(size / 0.1 / 1e9, 3)),
+                sample("d-attention", round(size / 0.1 / 1e9, 3)),
+                sample("d-slow", round(size / 0.75 / 1e9, 3)),
+            ],
+        ),
+        (
+            kv_path.RECOMPUTE,
+            [
+                sample("d-healthy", round(1 / 2001, 3)),
+                sample("d-slow", round(1 / 2001, 3)),
+                sample("d-recompute", 1),
+                sample("d-attention", 0),
+            ],
+        ),
+    ]
+    series = [s for d in (HEALTHY, SLOW, RECOMPUTING, ATTENTION) for s in d.series()] + PREFILL
+    promtool_test(
+        tmp_path,
+        kv,
+        series,
+        promql_expr_test=[
+            {"expr": rounded(record), "eval_time": "12m", "exp_samples": samples} for record, samples in tests
+        ],
+    )
+
+
+def test_promtool_the_alerts_fire_where_the_plan_says_and_not_on_a_healthy_path(tmp_path: Path):
+    """A decode 0.15 GB/s against the floor of 0.4 fires after 10 minutes of it, not before; a decode that
+    computes every prompt fires KvRecomputing; the healthy ones, one that may be just above the floor, an
+    attention-only decode that computes nothing, and prefill stay quiet."""
+    kv = figures()
+    decodes = (HEALTHY, SLOW, BORDERLINE, RECOMPUTING, ATTENTION)
+    series = [s for d in decodes for s in d.series()] + PREFILL
+    labels = {"severity": "warning", "mechanism": "emulated", "ray_io_cluster": "ray-llm-a"}
+    tests = [
+        {"eval_time": "8m", "alertname": "KvPathBelowFloor", "exp_alerts": []},
+        {
+            "eval_time": "16m",
+            "alertname": "KvPathBelowFloor",
+            "exp_alerts": [
+                {"exp_labels": {**labels, "WorkerId": "d-slow", "floor_gbytes_per_second": "0.4"}}
+            ],
+        },
+        {"eval_time": "8m", "alertname": "KvRecomputing", "exp_alerts": []},
+        {
+            "eval_time": "16m",
+            "alertname": "KvRecomputing",
+            "exp_alerts": [{"exp_labels": {**labels, "WorkerId": "d-recompute"}}],
+        },
+    ]
+    promtool_test(tmp_path, kv, series, alert_rule_test=tests)
+
+
+def test_promtool_a_floor_an_other_plan_sets_changes_what_fires(tmp_path: Path):
+    """Held to a GPUDirect floor of 6.25 GB/s (p5's link, half of it), the healthy emulated rate is under
+    the floor too: the threshold is the plan's, not a constant."""
+    kv = replace(figures(), mechanism="gpudirect", floor_gbytes_s=6.25, expected_gbytes_s=(12.5, 12.5))
+    labels = {
+        "severity": "warning",
+        "mechanism": "gpudirect",
+        "ray_io_cluster": "ray-llm-a",
+        "floor_gbytes_per_second": "6.25",
+    }
+    promtool_test(
+        tmp_path,
+        kv,
+        HEALTHY.series(),
+        alert_rule_test=[
+            {
+                "eval_time": "16m",
+                "alertname": "KvPathBelowFloor",
+                "exp_alerts": [{"exp_labels": {**labels, "WorkerId": "d-healthy"}}],
+            }
+        ],
+    )
