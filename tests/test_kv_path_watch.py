@@ -17,7 +17,12 @@ import yaml
 from manifests.observability import kv_path
 from manifests.observability.kv_path import XFER_TIME_BOUNDS, KvPathFigures, kv_path_group
 from manifests.observability.rules import alert_rules
+from manifests.pd_dashboard import pd_dashboard
+from ops.cli import _with_kv_plan
+from ops.status import collect_status
 from tests.exported_metrics import EXPORTED
+from tests.fakes.kube import healthy_cluster
+from tests.fakes.ops import prometheus_answers, vector
 from tests.fakes.pulumi import STACKS, plan_of, stack_settings
 from tests.test_observability import metric_names, unknown_label_values
 from tests.validators import promtool_in
@@ -324,3 +329,58 @@ def test_promtool_a_floor_an_other_plan_sets_changes_what_fires(tmp_path: Path):
             }
         ],
     )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_pd_dashboard_has_a_kv_path_row_from_the_plan(stack):
+    settings = stack_settings(stack)
+    kv = figures(stack)
+    panels = pd_dashboard(settings, kv)["panels"]
+    titles = [p["title"] for p in panels]
+    if settings.serving.mode == "aggregated":
+        assert "KV path: live against the plan" not in titles
+        return
+    row = titles.index("KV path: live against the plan")
+    assert titles[row + 1 :] == [
+        "KV rate per decode worker against the floor",
+        "KV bytes received per decode worker",
+        "Recompute share per decode worker",
+        "Failed KV transfers per decode worker",
+    ]
+    names = recorded(kv_path_group(kv))
+    for panel in panels[row + 1 :]:
+        for target in panel["targets"]:
+            assert metric_names(target["expr"]) <= names | EXPORTED, target
+    rate = {t["legendFormat"]: t["expr"] for t in panels[row + 1]["targets"]}
+    assert rate["floor (plan)"] == f"vector({kv.floor_gbytes_s:g})"
+    assert rate["{{WorkerId}}"].startswith(kv_path.RATE)
+    assert rate["at most {{WorkerId}}"].startswith(kv_path.RATE_MOST)
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+
+
+def test_ops_status_prints_the_live_kv_path_beside_the_plans():
+    """Per decode worker: the rate, its band and the recompute share; then the plan's mechanism, rate and
+    floor; a worker whose most generous reading is under the floor is said so."""
+    cluster = healthy_cluster()
+    cluster.prometheus = prometheus_answers()
+    q = kv_path.KV_STATUS_QUERIES
+    for key, good, bad in (("rate", 1.05, 0.15), ("least", 0.92, 0.12), ("most", 1.23, 0.18)):
+        cluster.prometheus[q[key]] = [vector(good, WorkerId="d1"), vector(bad, WorkerId="d2")]
+    cluster.prometheus[q["recompute"]] = [vector(0.0005, WorkerId="d1"), vector(0.0005, WorkerId="d2")]
+    report = collect_status(cluster, "inference", "ray-llm")
+    assert report.metrics is not None
+    metrics = _with_kv_plan(report.metrics, stack_settings("dev"), "dev")
+    lines = metrics.format() if metrics else []
+    assert "  KV path into d1: 1.05 GB/s per GPU (0.92-1.23), 0.1% of prompt tokens recomputed" in lines
+    assert (
+        "  KV path into d2: 0.15 GB/s per GPU (0.12-0.18), 0.1% of prompt tokens recomputed, "
+        "under the plan's floor"
+    ) in lines
+    assert (
+        "  KV path planned: EFA emulated reads through host bounce buffers, 0.5-1 GB/s per GPU to expect, "
+        "floor 0.4 GB/s"
+    ) in lines
+    # Without the stack (no --stack), the live figures alone.
+    plain = report.metrics.format()
+    assert not any("planned" in line or "under the plan" in line for line in plain)

@@ -72,5 +72,5 @@ def build_observability(
         if addons.installs("kuberay")
         else None,
         prometheus_rule=prometheus_rule(settings, context, capacity, kv),
-        dashboards=dashboard_config_maps(settings, context),
+        dashboards=dashboard_config_maps(settings, context, kv),
     )

@@ -185,6 +185,17 @@ def recording_rules(kv: KvPathFigures) -> list[dict[str, Any]]:
     return rules
 
 
+KV_STATUS_QUERIES = {"rate": RATE, "least": RATE_LEAST, "most": RATE_MOST, "recompute": RECOMPUTE}
+"""What `ops status` asks Prometheus, per decode worker: the recorded SLI."""
+
+MECHANISMS_SHORT: dict[Mechanism, str] = {
+    "gpudirect": "the EFA device reads GPU memory (RDMA reads)",
+    "emulated": "EFA sends, each packet copied between GPU and host memory",
+    "host": "EFA moves host memory; vLLM copies the blocks to and from the GPU in bulk",
+    "tcp": "UCX over TCP, not EFA",
+}
+"""How the planned mechanism moves the bytes, for the dashboard."""
+
 RUNBOOK = 'docs/operations.md, "Is my KV path still what verify proved?"'
 
 
