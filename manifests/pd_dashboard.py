@@ -513,12 +513,30 @@ def _kv_path(figures: KvPathFigures) -> list[dict[str, Any]]:
         _panel(41, "KV rate per decode worker against the floor", rate, "GBs", 0, y + 1, rate_description),
         _panel(
             42,
-            "KV bytes received per decode worker",
-            [(f"{kv.RECEIVED_BYTES}{worker}", "{{WorkerId}}")],
+            "KV bytes: what NIXL moved, what EFA received",
+            [
+                (f"{kv.RECEIVED_BYTES}{worker}", "NIXL into {{WorkerId}}"),
+                *(
+                    [
+                        (kv.EFA_RECEIVED, "EFA devices received (all GPU nodes)"),
+                        (f"{kv.EFA_RECEIVED} * {kv.RDMA_READ_SHARE}", "of which by RDMA reads"),
+                    ]
+                    if figures.efa_counters
+                    else []
+                ),
+            ],
             "Bps",
             12,
             y + 1,
-            f"The mechanism: {kv.MECHANISMS_SHORT[figures.mechanism]}. {planned}",
+            f"The mechanism planned: {kv.MECHANISMS_SHORT[figures.mechanism]}. {planned} "
+            + (
+                "Over EFA the devices receive at least what NIXL moved; near zero while NIXL moves bytes is "
+                "TCP (KvPathNotOnEfa). RDMA reads show only where the device reads (GPUDirect RDMA, or host "
+                "buffers on a device with RDMA read); emulated reads arrive as sends."
+                if figures.efa_counters
+                else "The EFA counters come from the stack's own node-exporter, which this stack does "
+                "not run."
+            ),
         ),
         _panel(
             43,

@@ -15,7 +15,12 @@ from typing import Any
 from config import Settings
 from manifests.endpoint.chart import GATEWAY_NAMESPACE
 from manifests.endpoint.gateway import api_keys_name, load_balancer_service_name
-from manifests.observability.kv_path import KV_STATUS_QUERIES, KvPathFigures
+from manifests.observability.kv_path import (
+    KV_STATUS_QUERIES,
+    MECHANISM_QUERIES,
+    KvPathFigures,
+    seen_mechanism,
+)
 from manifests.pd_dashboard import NIXL_BYTES_BAND, STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes
@@ -149,6 +154,8 @@ class ServingMetrics:
     """Decode WorkerId -> KV_STATUS_QUERIES key -> value: the KV-path SLI the stack's rules record."""
     plan: KvPathFigures | None = None
     """The plan's KV path, which the live figures are printed beside (with --stack)."""
+    mechanism: dict[str, float] = field(default_factory=dict)
+    """MECHANISM_QUERIES key -> value: what the EFA counters say of NIXL's bytes."""
 
     @property
     def every_transfer_failed(self) -> bool:
@@ -206,6 +213,9 @@ class ServingMetrics:
                 f"  KV path into {worker}: {shown}{recomputed}"
                 + (", under the plan's floor" if below else "")
             )
+        seen = seen_mechanism(self.mechanism.get("efa_share"), self.mechanism.get("rdma_read_share"))
+        if seen:
+            lines.append(f"  KV path seen: {seen}")
         if plan is not None and (self.kv_path or self.nixl):
             floor = f"{plan.floor_gbytes_s:g} GB/s" if plan.floor_gbytes_s is not None else "none"
             lines.append(
@@ -401,7 +411,12 @@ def collect_metrics(api: KubeApi, prometheus: ServiceEndpoint | None = None) -> 
     for key, query in KV_STATUS_QUERIES.items():
         for r in api.prometheus_query(query, prometheus) or []:
             kv_path.setdefault(r["metric"].get("WorkerId", "?"), {})[key] = float(r["value"][1])
-    return ServingMetrics(latency, nixl, kv_path)
+    mechanism = {
+        key: float(result[0]["value"][1])
+        for key, query in MECHANISM_QUERIES.items()
+        if (result := api.prometheus_query(query, prometheus))
+    }
+    return ServingMetrics(latency, nixl, kv_path, mechanism=mechanism)
 
 
 def _first(obj: Mapping[str, Any] | None, statuses: str) -> list[Mapping[str, Any]] | None:

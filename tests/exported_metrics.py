@@ -23,6 +23,8 @@ dashboard panel stays empty, an alert never fires.
 
 from __future__ import annotations
 
+from manifests.observability.efa_counters import COUNTERS as EFA_COUNTERS
+
 
 def _histogram(name: str) -> set[str]:
     return {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
@@ -115,8 +117,12 @@ DCGM = {
     )
 }
 KUBE_STATE_METRICS = {"kube_pod_container_status_restarts_total", "kube_pod_status_phase"}
+NODE_EFA = {f"node_efa_{name}_total" for name in EFA_COUNTERS}
+"""The EFA devices' byte counters, which the stack's own node-exporter sidecar writes for the textfile
+collector (manifests/observability/efa_counters.py; node-exporter 1.12.1's InfiniBand collector does not
+read EFA's hw_counters)."""
 
-EXPORTED = VLLM | RAY_SERVE | KUBERAY | DCGM | KUBE_STATE_METRICS
+EXPORTED = VLLM | RAY_SERVE | KUBERAY | DCGM | KUBE_STATE_METRICS | NODE_EFA
 
 RAY_DASHBOARD_GAPS = {"ray_vllm_num_requests_swapped", "ray_vllm_nixl_num_failed_transfers"}
 """Names Ray 2.58's own Serve LLM dashboard queries that vLLM 0.26 through Ray does not export (its

@@ -7,6 +7,8 @@ increment; a histogram's `_sum` rebuilt from bucket midpoints, its bucket counts
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from manifests.observability import kv_path
+from manifests.observability.efa_counters import SCRIPT, SIDECAR_NAME, TEXTFILE_DIRECTORY
 from manifests.observability.kv_path import XFER_TIME_BOUNDS, KvPathFigures, kv_path_group
 from manifests.observability.rules import alert_rules
 from manifests.pd_dashboard import pd_dashboard
@@ -25,7 +28,7 @@ from tests.fakes.kube import healthy_cluster
 from tests.fakes.ops import prometheus_answers, vector
 from tests.fakes.pulumi import STACKS, plan_of, stack_settings
 from tests.test_observability import metric_names, unknown_label_values
-from tests.validators import promtool_in
+from tests.validators import promtool, promtool_in
 
 MINUTES = 30
 
@@ -343,7 +346,7 @@ def test_the_pd_dashboard_has_a_kv_path_row_from_the_plan(stack):
     row = titles.index("KV path: live against the plan")
     assert titles[row + 1 :] == [
         "KV rate per decode worker against the floor",
-        "KV bytes received per decode worker",
+        "KV bytes: what NIXL moved, what EFA received",
         "Recompute share per decode worker",
         "Failed KV transfers per decode worker",
     ]
@@ -368,6 +371,8 @@ def test_ops_status_prints_the_live_kv_path_beside_the_plans():
     for key, good, bad in (("rate", 1.05, 0.15), ("least", 0.92, 0.12), ("most", 1.23, 0.18)):
         cluster.prometheus[q[key]] = [vector(good, WorkerId="d1"), vector(bad, WorkerId="d2")]
     cluster.prometheus[q["recompute"]] = [vector(0.0005, WorkerId="d1"), vector(0.0005, WorkerId="d2")]
+    cluster.prometheus[kv_path.EFA_SHARE] = [vector(1.02)]
+    cluster.prometheus[kv_path.RDMA_READ_SHARE] = [vector(0)]
     report = collect_status(cluster, "inference", "ray-llm")
     assert report.metrics is not None
     metrics = _with_kv_plan(report.metrics, stack_settings("dev"), "dev")
@@ -381,6 +386,128 @@ def test_ops_status_prints_the_live_kv_path_beside_the_plans():
         "  KV path planned: EFA emulated reads through host bounce buffers, 0.5-1 GB/s per GPU to expect, "
         "floor 0.4 GB/s"
     ) in lines
+    assert (
+        "  KV path seen: EFA, by sends (emulated reads, or host buffers without RDMA read): the EFA devices "
+        "received 1x NIXL's bytes"
+    ) in lines
     # Without the stack (no --stack), the live figures alone.
     plain = report.metrics.format()
     assert not any("planned" in line or "under the plan" in line for line in plain)
+
+
+EFA_NODE = '{instance="10.0.1.5:9100",job="node-exporter",device="rdmap16s27",port="1"}'
+
+
+def efa(counter: str, per_minute: float, start: float = 7e9) -> dict[str, str]:
+    """A node's EFA counter: there since the device came up (no `_ _`), rising by `per_minute`."""
+    return {
+        "series": f"node_efa_{counter}_total{EFA_NODE}",
+        "values": " ".join(f"{start + per_minute * m:g}" for m in range(MINUTES)),
+    }
+
+
+def test_promtool_kv_path_not_on_efa(tmp_path: Path):
+    """NIXL moves 10 x 92 MB a minute: EFA receiving them (a little more, with headers) is quiet; EFA
+    counters standing still fire `seen="tcp"`. Where GPUDirect RDMA was planned, EFA receiving them
+    without RDMA reads fires `seen="emulated"`, and with RDMA reads is quiet."""
+    kv = figures()
+    assert kv.efa_counters
+    moved = HEALTHY.transfers * bytes_of(HEALTHY, kv)
+    labels = {"severity": "warning", "mechanism": "emulated", "seen": "tcp"}
+
+    def fires(tmp: Path, figures_: KvPathFigures, counters: list[dict[str, str]], expected: list) -> None:
+        tmp.mkdir()
+        promtool_test(
+            tmp,
+            figures_,
+            HEALTHY.series() + counters,
+            alert_rule_test=[
+                {"eval_time": "8m", "alertname": "KvPathNotOnEfa", "exp_alerts": []},
+                {"eval_time": "16m", "alertname": "KvPathNotOnEfa", "exp_alerts": expected},
+            ],
+        )
+
+    fires(tmp_path / "efa", kv, [efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)], [])
+    fires(tmp_path / "tcp", kv, [efa("rx_bytes", 0), efa("rdma_read_bytes", 0)], [{"exp_labels": labels}])
+    # A node whose EFA device is gone has no counters at all: not on EFA either.
+    fires(tmp_path / "gone", kv, [], [{"exp_labels": labels}])
+    gdr = replace(kv, mechanism="gpudirect")
+    emulated = {**labels, "mechanism": "gpudirect", "seen": "emulated"}
+    fires(
+        tmp_path / "emulated",
+        gdr,
+        [efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)],
+        [{"exp_labels": emulated}],
+    )
+    fires(tmp_path / "rdma", gdr, [efa("rx_bytes", moved * 0.01), efa("rdma_read_bytes", moved)], [])
+
+
+def test_kv_path_not_on_efa_only_where_the_stacks_node_exporter_reads_efa():
+    """An existing Prometheus scrapes its own node-exporter, without the EFA sidecar: no EFA rules, rather
+    than an alert on series that never come. A UCX-only plan is not on EFA by design."""
+    group = kv_path_group(replace(figures(), efa_counters=False))
+    assert kv_path.EFA_RECEIVED not in recorded(group)
+    assert "KvPathNotOnEfa" not in {r.get("alert") for r in group["rules"]}
+    tcp = kv_path_group(replace(figures(), mechanism="tcp", over_efa=False))
+    assert "KvPathNotOnEfa" not in {r.get("alert") for r in tcp["rules"]}
+
+
+def test_the_mechanism_seen_from_the_efa_counters():
+    assert kv_path.seen_mechanism(None, None) is None
+    assert kv_path.seen_mechanism(0.02, 0.0) == "not EFA: the EFA devices received 2% of NIXL's bytes (TCP)"
+    assert (
+        kv_path.seen_mechanism(1.9, 0.5) == "EFA, by RDMA reads: the EFA devices received 1.9x NIXL's bytes"
+    )
+    assert (kv_path.seen_mechanism(1.0, 0.01) or "").startswith("EFA, by sends")
+
+
+def test_the_efa_sidecar_writes_the_counters_node_exporter_reads(tmp_path: Path):
+    """The sidecar's script, run once on a fake sysfs of two EFA devices and a Mellanox-style counter it
+    ignores: one counter family per EFA counter present, labelled by device and port, valid exposition
+    format (promtool check metrics); a node without EFA gets an empty file."""
+    sysfs, out = tmp_path / "sys", tmp_path / "out"
+    out.mkdir()
+    for device, value in (("rdmap16s27", 1000), ("rdmap32s27", 2000)):
+        counters = sysfs / "class" / "infiniband" / device / "ports" / "1" / "hw_counters"
+        counters.mkdir(parents=True)
+        for name in ("rx_bytes", "tx_bytes", "rdma_read_bytes", "lifespan"):
+            (counters / name).write_text(f"{value}\n")
+    env = {**os.environ, "SYSFS": str(sysfs), "OUT": str(out), "ONCE": "1"}
+    subprocess.run(["sh", "-c", SCRIPT], env=env, check=True, timeout=10)
+    text = (out / "efa.prom").read_text()
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert samples == [
+        f'node_efa_{name}_total{{device="{device}",port="1"}} {value}'
+        for name in ("tx_bytes", "rx_bytes", "rdma_read_bytes")
+        for device, value in (("rdmap16s27", 1000), ("rdmap32s27", 2000))
+    ]
+    check = subprocess.run(
+        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    empty = tmp_path / "none"
+    empty.mkdir()
+    env = {**env, "SYSFS": str(tmp_path / "nothing"), "OUT": str(empty)}
+    subprocess.run(["sh", "-c", SCRIPT], env=env, check=True, timeout=10)
+    assert (empty / "efa.prom").read_text() == ""
+    assert not list(empty.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_node_exporter_runs_the_efa_sidecar_where_kv_crosses_nodes(stack):
+    """The chart's sidecar takes node-exporter's image and security context (read-only root); it mounts
+    the host's /sys read-only and writes only to the shared emptyDir that the textfile collector reads."""
+    from manifests.observability.charts import kube_prometheus_stack_chart
+
+    settings = stack_settings(stack)
+    values = kube_prometheus_stack_chart(settings).values["prometheus-node-exporter"]
+    if settings.serving.mode != "disaggregated":
+        assert "sidecars" not in values
+        return
+    (sidecar,) = values["sidecars"]
+    assert sidecar["name"] == SIDECAR_NAME and "image" not in sidecar and "securityContext" not in sidecar
+    assert sidecar["volumeMounts"] == [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}]
+    assert values["sidecarVolumeMount"] == [
+        {"name": "efa-textfile", "mountPath": TEXTFILE_DIRECTORY, "readOnly": False}
+    ]
+    assert values["extraArgs"] == [f"--collector.textfile.directory={TEXTFILE_DIRECTORY}"]

@@ -27,6 +27,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from manifests.observability.efa_counters import metric
 from planning.kv_path import MECHANISM_NAMES, Mechanism
 from planning.plan import Plan
 
@@ -61,6 +62,17 @@ RATE = f"kv_path:gbytes_per_second:rate{WINDOW}"
 RATE_MOST = f"kv_path:gbytes_per_second_most:rate{WINDOW}"
 RATE_LEAST = f"kv_path:gbytes_per_second_least:rate{WINDOW}"
 RECOMPUTE = f"kv_path:recompute_share:ratio{WINDOW}"
+EFA_RECEIVED = f"kv_path:efa_received_bytes:rate{WINDOW}"
+EFA_SHARE = f"kv_path:efa_share:ratio{WINDOW}"
+RDMA_READ_SHARE = f"kv_path:efa_rdma_read_share:ratio{WINDOW}"
+NOT_ON_EFA_SHARE = 0.1
+"""`KvPathNotOnEfa`: the EFA devices received less than a tenth of the bytes NIXL moved. Over EFA they
+receive them all (more with protocol overhead, and counted twice where a read's response also counts as
+received): a TCP fallback leaves them near zero."""
+NOT_RDMA_SHARE = 0.1
+"""Where GPUDirect RDMA was planned: RDMA reads brought less than a tenth of the EFA bytes, so libfabric
+emulates the reads with sends (`FI_EFA_USE_DEVICE_RDMA=0`, or a libfabric that does not use the
+device's RDMA read)."""
 FAILURES = f"kv_path:failed_transfers:increase{WINDOW}"
 
 
@@ -77,6 +89,9 @@ class KvPathFigures:
     without `kvCacheBytesPerToken`)."""
     state_bytes_per_transfer: int
     """A hybrid model's per-sequence state, as one rank's transfer carries it."""
+    efa_counters: bool = False
+    """Whether the stack's node-exporter exports the EFA byte counters (its own kube-prometheus-stack,
+    disaggregated: manifests/observability/efa_counters.py)."""
 
     @classmethod
     def of(cls, plan: Plan, tensor_parallel_size: int) -> KvPathFigures:
@@ -93,6 +108,9 @@ class KvPathFigures:
             floor_gbytes_s=plan.kv_floor.gbytes_s,
             bytes_per_token=per_token,
             state_bytes_per_transfer=crossing.state_bytes,
+            efa_counters=plan.mode == "disaggregated"
+            and plan.context is not None
+            and plan.context.addons.installs("prometheus"),
         )
 
     @property
@@ -174,6 +192,14 @@ def recording_rules(kv: KvPathFigures) -> list[dict[str, Any]]:
             f"sum by ({BY}) ({FAILED} unless {FAILED} offset {WINDOW}) > 0",
         ),
     ]
+    if kv.efa_counters:
+        rx, read = (
+            f"(sum(rate({metric(c)}[{WINDOW}])) or vector(0))" for c in ("rx_bytes", "rdma_read_bytes")
+        )
+        rules += [
+            record(EFA_RECEIVED, f"{rx} + {read}"),
+            record(RDMA_READ_SHARE, f"{read} / ({EFA_RECEIVED} > 0)"),
+        ]
     if kv.bytes_per_token is not None:
         state = f" + {TRANSFERS} * {kv.state_bytes_per_transfer}" if kv.state_bytes_per_transfer else ""
         rules += [
@@ -182,11 +208,41 @@ def recording_rules(kv: KvPathFigures) -> list[dict[str, Any]]:
             record(RATE_MOST, f"{RECEIVED_BYTES} / ({SECONDS_LEAST} > 0) / 1e9"),
             record(RATE_LEAST, f"{RECEIVED_BYTES} / ({SECONDS_MOST} > 0) / 1e9"),
         ]
+        if kv.efa_counters:
+            rules.append(record(EFA_SHARE, f"{EFA_RECEIVED} / (sum({RECEIVED_BYTES}) > 0)"))
     return rules
+
+
+def not_on_efa(kv: KvPathFigures) -> str:
+    """NIXL moved bytes the EFA devices did not receive (`seen="tcp"`); where GPUDirect RDMA was planned,
+    EFA received them without RDMA reads (`seen="emulated"`)."""
+    tcp = f'label_replace({EFA_SHARE} < {NOT_ON_EFA_SHARE:g}, "seen", "tcp", "", "")'
+    if kv.mechanism != "gpudirect":
+        return tcp
+    emulated = f"{RDMA_READ_SHARE} < {NOT_RDMA_SHARE:g} and on () {EFA_SHARE} >= {NOT_ON_EFA_SHARE:g}"
+    return f'{tcp} or label_replace({emulated}, "seen", "emulated", "", "")'
 
 
 KV_STATUS_QUERIES = {"rate": RATE, "least": RATE_LEAST, "most": RATE_MOST, "recompute": RECOMPUTE}
 """What `ops status` asks Prometheus, per decode worker: the recorded SLI."""
+MECHANISM_QUERIES = {"efa_share": EFA_SHARE, "rdma_read_share": RDMA_READ_SHARE}
+"""What `ops status` asks Prometheus of the mechanism: one figure each, for all GPU nodes."""
+
+
+def seen_mechanism(efa_share: float | None, rdma_read_share: float | None) -> str | None:
+    """What the EFA counters say carried NIXL's bytes, with the same thresholds as `KvPathNotOnEfa`; None
+    where the counters or NIXL's bytes are not known."""
+    if efa_share is None:
+        return None
+    if efa_share < NOT_ON_EFA_SHARE:
+        return f"not EFA: the EFA devices received {efa_share:.0%} of NIXL's bytes (TCP)"
+    how = (
+        "RDMA reads"
+        if rdma_read_share is not None and rdma_read_share >= NOT_RDMA_SHARE
+        else "sends (emulated reads, or host buffers without RDMA read)"
+    )
+    return f"EFA, by {how}: the EFA devices received {efa_share:.2g}x NIXL's bytes"
+
 
 MECHANISMS_SHORT: dict[Mechanism, str] = {
     "gpudirect": "the EFA device reads GPU memory (RDMA reads)",
@@ -222,6 +278,24 @@ def alerts(kv: KvPathFigures) -> list[dict[str, Any]]:
                     f"time bucket's lower bound). The plan: {planned}, {kv.expected} GB/s to expect, "
                     f"floor {kv.floor_gbytes_s:g} GB/s (the one `ops verify` holds a probe to). A path "
                     "that fell back to TCP, lost rails or lost its EFA device reads so. "
+                    f"{RUNBOOK}.",
+                },
+            }
+        )
+    if kv.over_efa and kv.efa_counters and kv.bytes_per_token is not None:
+        rules.append(
+            {
+                "alert": "KvPathNotOnEfa",
+                "expr": not_on_efa(kv),
+                "for": FOR,
+                "labels": {"severity": "warning", "mechanism": kv.mechanism},
+                "annotations": {
+                    "summary": "The KV cache does not cross on the planned mechanism ({{ $labels.seen }} "
+                    "seen)",
+                    "description": "For 10 minutes NIXL moved KV bytes that the nodes' EFA devices did "
+                    "not receive (tcp: under a tenth of them; emulated: received without RDMA reads where "
+                    f"GPUDirect RDMA was planned). The plan: {planned}. Silent fallbacks seen upstream: "
+                    "UCX over TCP, an image or AMI that changed EFA or libfabric. "
                     f"{RUNBOOK}.",
                 },
             }
