@@ -23,6 +23,11 @@ dashboard panel stays empty, an alert never fires.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import promql_parser
+
 from manifests.observability.efa_counters import COUNTERS as EFA_COUNTERS
 
 
@@ -129,3 +134,29 @@ RAY_DASHBOARD_GAPS = {"ray_vllm_num_requests_swapped", "ray_vllm_nixl_num_failed
 "Swapped" and "KV Transfer Failures" panels stay empty; manifests/dashboards/ray-2.58.0/PROVENANCE.md)."""
 RAY_DASHBOARD_UNUSED = ("ray_vllm_kv_offload_", "ray_vllm_external_prefix_cache_")
 """Panels of KV-cache offloading connectors this stack does not run (collapsed in Ray's dashboard)."""
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (a parse error raises)."""
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
+        if isinstance(selector, promql_parser.VectorSelector):
+            if selector.name:
+                names.add(selector.name)
+            for matcher in selector.matchers.matchers:
+                if matcher.name == "__name__" and matcher.op == promql_parser.MatchOp.Equal:
+                    names.add(matcher.value)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+def unknown_label_values(query: str) -> set[str]:
+    """`label="value"` matchers on a label whose values vLLM fixes, with a value it never writes."""
+    return {
+        f'{label}="{value}"'
+        for label, value in re.findall(r'(\w+)="([^"]*)"', query)
+        if label in VLLM_LABEL_VALUES and value not in VLLM_LABEL_VALUES[label]
+    }

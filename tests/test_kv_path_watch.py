@@ -23,11 +23,10 @@ from manifests.observability.rules import alert_rules
 from manifests.pd_dashboard import pd_dashboard
 from ops.cli import _with_kv_plan
 from ops.status import collect_status
-from tests.exported_metrics import EXPORTED
+from tests.exported_metrics import EXPORTED, metric_names, unknown_label_values
 from tests.fakes.kube import healthy_cluster
 from tests.fakes.ops import prometheus_answers, vector
 from tests.fakes.pulumi import STACKS, plan_of, stack_settings
-from tests.test_observability import metric_names, unknown_label_values
 from tests.validators import promtool, promtool_in
 
 MINUTES = 30

@@ -62,9 +62,8 @@ def increased(series: str, by: str, window: str = INCREASE_WINDOW) -> str:
 def alert_rules(
     settings: Settings, capacity: CapacityPlan | None = None, kv: KvPathFigures | None = None
 ) -> list[dict[str, Any]]:
-    """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec);
-    with a Capacity Block (`capacity`), its end too; with the plan's KV path (`kv`) and prefill/decode
-    disaggregation, the KV path's SLI and alerts in a second group (manifests/observability/kv_path.py)."""
+    """The alerts that matter for a disaggregated LLM service (the PrometheusRule's spec); a Capacity
+    Block's end (`capacity`); the plan's KV path (`kv`) watched, in a group of its own (kv_path.py)."""
     serving_namespace = settings.serving.namespace
     objective = settings.observability.ttft_objective_seconds
 
