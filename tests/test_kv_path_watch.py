@@ -177,19 +177,25 @@ class Decode:
         return out
 
 
-def promtool_test(tmp_path: Path, kv: KvPathFigures, series: list[dict[str, str]], **tests: list) -> None:
+def promtool_test(
+    tmp_path: Path, kv: KvPathFigures, series: list[dict[str, str]], *more: dict[str, Any], **tests: list
+) -> None:
+    """promtool evaluates the group on `series` (`tests`: its promql_expr_test, alert_rule_test); `more`:
+    further test groups of their own series, on the same rules in the same run."""
     group = kv_path_group(kv)
     for rule in group["rules"]:
         rule.pop("annotations", None)  # promtool compares them to the letter; check rules checks them
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [group]}))
     result = promtool_in(tmp_path, "check", "rules", "rules.yaml")
     assert "SUCCESS" in result.stdout
+    first = {"input_series": series, **tests}
     (tmp_path / "tests.yaml").write_text(
         yaml.safe_dump(
             {
                 "rule_files": ["rules.yaml"],
                 "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": series, **tests}],
+                "tests": [{"interval": "1m", **t} for t in (first, *more)],
             },
             width=1000,
         )
@@ -414,31 +420,32 @@ def test_promtool_kv_path_not_on_efa(tmp_path: Path):
     moved = HEALTHY.transfers * bytes_of(HEALTHY, kv)
     labels = {"severity": "warning", "mechanism": "emulated", "seen": "tcp"}
 
-    def fires(tmp: Path, figures_: KvPathFigures, counters: list[dict[str, str]], expected: list) -> None:
-        tmp.mkdir()
-        promtool_test(
-            tmp,
-            figures_,
-            HEALTHY.series() + counters,
-            alert_rule_test=[
+    def case(counters: list[dict[str, str]], expected: list) -> dict[str, Any]:
+        return {
+            "input_series": HEALTHY.series() + counters,
+            "alert_rule_test": [
                 {"eval_time": "8m", "alertname": "KvPathNotOnEfa", "exp_alerts": []},
                 {"eval_time": "16m", "alertname": "KvPathNotOnEfa", "exp_alerts": expected},
             ],
-        )
+        }
 
-    fires(tmp_path / "efa", kv, [efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)], [])
-    fires(tmp_path / "tcp", kv, [efa("rx_bytes", 0), efa("rdma_read_bytes", 0)], [{"exp_labels": labels}])
-    # A node whose EFA device is gone has no counters at all: not on EFA either.
-    fires(tmp_path / "gone", kv, [], [{"exp_labels": labels}])
-    gdr = replace(kv, mechanism="gpudirect")
-    emulated = {**labels, "mechanism": "gpudirect", "seen": "emulated"}
-    fires(
-        tmp_path / "emulated",
-        gdr,
-        [efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)],
-        [{"exp_labels": emulated}],
+    promtool_test(
+        tmp_path / "emulated-planned",
+        kv,
+        [],
+        case([efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)], []),
+        case([efa("rx_bytes", 0), efa("rdma_read_bytes", 0)], [{"exp_labels": labels}]),
+        # A node whose EFA device is gone has no counters at all: not on EFA either.
+        case([], [{"exp_labels": labels}]),
     )
-    fires(tmp_path / "rdma", gdr, [efa("rx_bytes", moved * 0.01), efa("rdma_read_bytes", moved)], [])
+    emulated = {**labels, "mechanism": "gpudirect", "seen": "emulated"}
+    promtool_test(
+        tmp_path / "gpudirect-planned",
+        replace(kv, mechanism="gpudirect"),
+        [],
+        case([efa("rx_bytes", moved * 1.02), efa("rdma_read_bytes", 0)], [{"exp_labels": emulated}]),
+        case([efa("rx_bytes", moved * 0.01), efa("rdma_read_bytes", moved)], []),
+    )
 
 
 def test_kv_path_not_on_efa_only_where_the_stacks_node_exporter_reads_efa():
