@@ -101,6 +101,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         serving.rayservice.to_dict(),
         serving.ready_check.config_map,
         serving.ready_check.job.to_dict(),
+        *(serving.decode_heal.objects() if serving.decode_heal else []),
     ]
     addons = context.addons
     if addons.installs("kuberay"):

@@ -15,7 +15,8 @@ dashboard panel stays empty, an alert never fires.
 - Ray 2.58.0 Serve: ray/serve/_private/application_state.py (`serve_application_status`),
   deployment_state.py (`serve_deployment_replica_healthy`, `serve_deployment_status`,
   `serve_autoscaling_target_replicas`), autoscaling_state.py (`serve_autoscaling_desired_replicas`, the
-  policy's decision before bounds), replica.py (`serve_deployment_request_counter`, a counter).
+  policy's decision before bounds), replica.py (`serve_deployment_request_counter`, a counter;
+  `serve_deployment_replica_starts`, a counter each replica increments once when it starts, :401-408).
 - KubeRay 1.7.0 operator: ray-operator/controllers/ray/metrics/ (gauges).
 - dcgm-exporter 4.8.2: the chart's counters ConfigMap (deployment/templates/metrics-configmap.yaml).
 - kube-state-metrics 2.20.0 (kube-prometheus-stack 88.5.3).
@@ -81,6 +82,7 @@ RAY_SERVE = {
     "ray_serve_deployment_status",
     "ray_serve_deployment_replica_healthy",
     "ray_serve_deployment_request_counter_total",
+    "ray_serve_deployment_replica_starts_total",
     "ray_serve_autoscaling_target_replicas",
     "ray_serve_autoscaling_desired_replicas",
 }
