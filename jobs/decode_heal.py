@@ -19,7 +19,7 @@ label), and every name it puts into the driver is checked against Serve's own fo
 pod exports into a shared Prometheus cannot pick what is killed.
 
 Environment: PROMETHEUS_URL, DASHBOARD_URL, RAY_AUTH_TOKEN_FILE, NAMESPACE (the serving namespace and
-the Event's), RAYSERVICE, APPLICATION, JOBS (the PodMonitors' `job` values, a regex), WINDOW_MINUTES.
+the Event's), RAYSERVICE, APPLICATION, JOBS (the PodMonitors' `job` values, a regex), WINDOW_SECONDS.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 FAILING_WINDOW = "5m"
 MIN_FAILURES = 3
 """Failed reads into one decode replica over 5 minutes, with none completed: not a blip."""
-WINDOW_MINUTES = 30
+WINDOW_SECONDS = 1800
 DECODE = re.compile(r"Decode:[A-Za-z0-9_.-]+")
 """Serve deployment names of Ray Serve LLM's decode side (`Decode:<model id, sanitized>`)."""
 IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]+")
@@ -107,7 +107,7 @@ def decide(observation: Observation, application: str) -> Decision:
         elif replica.cluster in observation.decode_started:
             reasons.append(
                 f"{who}: stale-agent signature, but a decode replica of {replica.cluster} started within "
-                f"the last {WINDOW_MINUTES} minutes: at most one restart per window"
+                "the window: at most one restart per window"
             )
         else:
             return Decision(
@@ -122,7 +122,7 @@ def _string(value: str) -> str:
     return json.dumps(value)  # a PromQL double-quoted string is JSON's
 
 
-def queries(namespace: str, jobs: str, window_minutes: int) -> dict[str, str]:
+def queries(namespace: str, jobs: str, window_seconds: int) -> dict[str, str]:
     """The PromQL the program asks: per decode replica, failed and completed reads over 5 minutes (with
     the replica's Serve labels from Serve's request counter, the same process's); the Ray clusters whose
     prefill or decode replicas started within the window. A counter through Ray appears at its first
@@ -148,7 +148,7 @@ def queries(namespace: str, jobs: str, window_minutes: int) -> dict[str, str]:
 
     def started(side: str) -> str:
         series = f'ray_serve_deployment_replica_starts_total{{{scope}, deployment=~"{side}:.*"}}'
-        return grew(series, f"{window_minutes}m", "ray_io_cluster")
+        return grew(series, f"{window_seconds}s", "ray_io_cluster")
 
     return {
         "failed": per_replica("ray_vllm_nixl_num_failed_transfers_total"),
@@ -161,8 +161,8 @@ def queries(namespace: str, jobs: str, window_minutes: int) -> dict[str, str]:
 Ask = Callable[[str], list[dict[str, Any]]]
 
 
-def observe(ask: Ask, namespace: str, jobs: str, window_minutes: int) -> Observation:
-    q = queries(namespace, jobs, window_minutes)
+def observe(ask: Ask, namespace: str, jobs: str, window_seconds: int) -> Observation:
+    q = queries(namespace, jobs, window_seconds)
     done: dict[tuple[str, str], float] = {}
     for row in ask(q["done"]):
         labels = row["metric"]
@@ -267,7 +267,7 @@ def run(
     event: Callable[[str], None],
     say: Callable[[str], None] = print,
 ) -> int:
-    window = int(env.get("WINDOW_MINUTES", WINDOW_MINUTES))
+    window = int(env.get("WINDOW_SECONDS", WINDOW_SECONDS))
     decision = decide(observe(ask, env["NAMESPACE"], env["JOBS"], window), env["APPLICATION"])
     if decision.restart is None:
         say(f"decode-heal: no restart: {decision.reason}")

@@ -27,7 +27,7 @@ COMPONENT = "decode-heal"
 SCHEDULE = "* * * * *"
 RUN_SECONDS = 50
 """A run's deadline, under the schedule's minute."""
-WINDOW_MINUTES = 30
+WINDOW_SECONDS = 30 * 60
 """At most one restart per window, and a prefill restart counts within it (jobs/decode_heal.py)."""
 MONITORS = ("ray-head-monitor", "ray-workers-monitor")
 """The stack's PodMonitors (manifests/observability/monitors.py), whose `job` label scopes the queries."""
@@ -71,7 +71,7 @@ def _program(settings: Settings, context: ClusterContext, serving_image: str) ->
             EnvVar(name="RAYSERVICE", value=serving.name),
             EnvVar(name="APPLICATION", value=serving.application_name),
             EnvVar(name="JOBS", value="|".join(f"{monitors_at}/{m}" for m in MONITORS)),
-            EnvVar(name="WINDOW_MINUTES", value=str(WINDOW_MINUTES)),
+            EnvVar(name="WINDOW_SECONDS", value=str(WINDOW_SECONDS)),
         ],
         timeout_seconds=RUN_SECONDS,
         resources=ResourceRequirements(

@@ -97,7 +97,7 @@ class TestTheDecision:
 
 
 class TestTheQueries:
-    QUERIES = heal.queries("inference", "inference/ray-head-monitor|inference/ray-workers-monitor", 30)
+    QUERIES = heal.queries("inference", "inference/ray-head-monitor|inference/ray-workers-monitor", 1800)
 
     def test_they_parse_and_read_only_exported_metrics(self):
         for query in self.QUERIES.values():
@@ -196,7 +196,7 @@ def test_a_run_restarts_once_logs_and_posts_an_event():
     """The program's run against fakes: Prometheus answers the signature; the Jobs API gets one driver;
     the Event and the log line say which replica and why."""
     labels = {"ray_io_cluster": "ray-llm-a", "application": APP, "deployment": DECODE, "replica": "d1abc"}
-    q = heal.queries("inference", "jobs", 30)
+    q = heal.queries("inference", "jobs", 1800)
     answers = {
         q["failed"]: [{"metric": labels, "value": [0, "15"]}],
         q["done"]: [],
@@ -206,7 +206,7 @@ def test_a_run_restarts_once_logs_and_posts_an_event():
     submitted: list[str] = []
     events: list[str] = []
     said: list[str] = []
-    env = {"NAMESPACE": "inference", "JOBS": "jobs", "APPLICATION": APP, "WINDOW_MINUTES": "30"}
+    env = {"NAMESPACE": "inference", "JOBS": "jobs", "APPLICATION": APP, "WINDOW_SECONDS": "1800"}
 
     def submit(entrypoint: str) -> str:
         submitted.append(entrypoint)
@@ -322,6 +322,6 @@ def test_the_program_applies_it_after_the_rayservice_through_the_clusters_provid
 
 def test_the_decision_reads_the_stacks_own_queries_only():
     """Every query is scoped to the serving namespace and the stack's PodMonitors' jobs."""
-    for query in heal.queries("inference", "inference/ray-head-monitor", 30).values():
+    for query in heal.queries("inference", "inference/ray-head-monitor", 1800).values():
         assert query.count('namespace="inference"') >= 1, query
     assert Decision(None, "x").restart is None
