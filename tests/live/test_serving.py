@@ -210,9 +210,9 @@ def test_the_kv_path_sli_and_its_alerts_on_vllms_series_through_ray(
 ):
     """Before any load: decode reads each 512-token prompt's KV in 600 ms, 0.07 GB/s against the dev
     plan's floor of 0.4. The recorded rate is the bytes (the tokens counter times the plan's bytes per
-    token, plus the state) over Ray's midpoint time (625 ms), to rate()'s extrapolation; KvPathBelowFloor goes pending (its
-    most generous reading, at 500 ms, is under the floor too). Then decode computes prompts itself:
-    KvRecomputing goes pending."""
+    token, plus the state) over Ray's midpoint time (625 ms), to rate()'s extrapolation;
+    KvPathBelowFloor goes pending (its most generous reading, at 500 ms, is under the floor too). Then
+    decode computes prompts itself: KvRecomputing goes pending."""
     assert not alert_states(prometheus, "KvPathBelowFloor")
     for _ in range(6):
         disaggregated.post({"prompt": "slow kv", "prompt_tokens": 512, "max_tokens": 1, "kv_seconds": 0.6})
