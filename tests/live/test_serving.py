@@ -208,15 +208,16 @@ def alert_states(prometheus: LivePrometheus, alert: str) -> set[str]:
 def test_the_kv_path_sli_and_its_alerts_on_vllms_series_through_ray(
     disaggregated: Deployed, prometheus: LivePrometheus
 ):
-    """Before any load: decode reads each 512-token prompt's KV in 600 ms, 0.07 GB/s against the dev
-    plan's floor of 0.4. The recorded rate is the bytes (the tokens counter times the plan's bytes per
-    token, plus the state) over Ray's midpoint time (625 ms), to rate()'s extrapolation;
-    KvPathBelowFloor goes pending (its most generous reading, at 500 ms, is under the floor too). Then
-    decode computes prompts itself: KvRecomputing goes pending."""
+    """Before any load: decode reads each 2048-token prompt's KV (the load's size, so the prefill test
+    below reads the same mean) in 600 ms, 0.15 GB/s against the dev plan's floor of 0.4. The recorded
+    rate is the bytes (the tokens counter times the plan's bytes per token, plus the state) over Ray's
+    midpoint time (625 ms), to rate()'s extrapolation; KvPathBelowFloor goes pending (its most generous
+    reading, at 500 ms, is under the floor too). Then decode computes prompts itself: KvRecomputing
+    goes pending."""
     assert not alert_states(prometheus, "KvPathBelowFloor")
-    for _ in range(6):
-        disaggregated.post({"prompt": "slow kv", "prompt_tokens": 512, "max_tokens": 1, "kv_seconds": 0.6})
-    expected = (511 * KV_BYTES_PER_TOKEN + STATE_BYTES) / 0.625 / 1e9
+    for _ in range(4):
+        disaggregated.post({"prompt": "slow kv", "prompt_tokens": 2048, "max_tokens": 1, "kv_seconds": 0.6})
+    expected = (2047 * KV_BYTES_PER_TOKEN + STATE_BYTES) / 0.625 / 1e9
     where = f'{{ray_io_cluster="{CLUSTER}"}}'
 
     def rate() -> float | None:
@@ -235,8 +236,8 @@ def test_the_kv_path_sli_and_its_alerts_on_vllms_series_through_ray(
         "KvPathBelowFloor pending", lambda: "pending" in alert_states(prometheus, "KvPathBelowFloor"), 30
     )
     assert not alert_states(prometheus, "KvRecomputing")
-    for _ in range(6):
-        disaggregated.post({"prompt": "no kv", "prompt_tokens": 512, "max_tokens": 1, "kv": "recompute"})
+    for _ in range(4):
+        disaggregated.post({"prompt": "no kv", "prompt_tokens": 2048, "max_tokens": 1, "kv": "recompute"})
     wait_for("KvRecomputing pending", lambda: "pending" in alert_states(prometheus, "KvRecomputing"), 30)
 
 
