@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from config.autoscaling import AutoscalingConfig as ScalingSettings
-from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
+from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling, ttft_target
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
 from config.serving import ModelConfig, ServingConfig
@@ -232,14 +232,35 @@ NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"
 
 LLM_POLICY = "llm_autoscaling:LlmScalingPolicy"
 """jobs/llm_autoscaling.py, on the Ray pods' PYTHONPATH: a side's scaling on the engine's figures."""
+SLO_POLICY = "llm_autoscaling:SloScalingPolicy"
+"""The same module's policy on latency targets (`autoscaling.signal: slo`)."""
 
 
 def llm_policy(
-    side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
+    aggregated: bool = False,
 ) -> AutoscalingPolicy | None:
     """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use.
+    `signal: slo`: prefill on its p95 time to first token, decode on its p95 inter-token latency, an
+    `aggregated` deployment on both (`ttft_objective`: prefill's default target).
     `scope`: the policy's `namespace` and `jobs`, the labels the stack's PodMonitors give the Ray pods'
     series (manifests/rayservice.py `policy_scope`), so its queries read this stack's pods only."""
+    if scaling.signal == "slo":
+        ttft = ttft_target(scaling, ttft_objective or 0.0)
+        targets: dict[str, str | float] = (
+            {"ttft_target": ttft, "itl_target": scaling.decode.itl_target_seconds}
+            if aggregated
+            else {"ttft_target": ttft}
+            if isinstance(side, PrefillScaling)
+            else {"itl_target": scaling.decode.itl_target_seconds}
+        )
+        return AutoscalingPolicy(
+            policy_function=SLO_POLICY,
+            policy_kwargs={**targets, "band": scaling.downscale_band, **(scope or {})},
+        )
     if scaling.signal != "llm":
         return None
     if isinstance(side, PrefillScaling):
@@ -255,10 +276,15 @@ def llm_policy(
 
 
 def _deployment(
-    replicas: int, side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    replicas: int,
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
+    aggregated: bool = False,
 ) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
-    policy = llm_policy(side, scaling, scope)
+    policy = llm_policy(side, scaling, scope, ttft_objective, aggregated)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
@@ -370,6 +396,7 @@ def _pd_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
 ) -> ServeApplication:
     """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL."""
     return ServeApplication(
@@ -379,14 +406,22 @@ def _pd_application(
                 model,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
+                routed(
+                    _deployment(model.prefill_replicas, scaling.prefill, scaling, scope, ttft_objective),
+                    serving,
+                    model,
+                ),
                 kv_path,
             ),
             decode_config=_side(
                 model,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
+                routed(
+                    _deployment(model.decode_replicas, scaling.decode, scaling, scope, ttft_objective),
+                    serving,
+                    model,
+                ),
                 kv_path,
             ),
         ),
@@ -410,6 +445,7 @@ def _aggregated_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
 ) -> ServeApplication:
     """`build_openai_app`: one deployment, each replica prefilling and decoding its own requests."""
     replicas, side = aggregated_scaling(model, scaling)
@@ -422,7 +458,11 @@ def _aggregated_application(
                     model,
                     source,
                     "",
-                    routed(_deployment(replicas, side, scaling, scope), serving, model),
+                    routed(
+                        _deployment(replicas, side, scaling, scope, ttft_objective, aggregated=True),
+                        serving,
+                        model,
+                    ),
                     None,
                 )
             ]
@@ -439,17 +479,22 @@ def build_serve_config(
     serving: ServingConfig | None = None,
     mode: Literal["disaggregated", "aggregated"] = "disaggregated",
     policy_scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
     engine kwargs. `mode`: `serving.mode`, which builder's application. `policy_scope`: the LLM-signal
-    policy's pod selectors (`llm_policy`)."""
+    policy's pod selectors (`llm_policy`); `ttft_objective`: prefill's TTFT target by default (`slo`)."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     application = (
-        _aggregated_application(application_name, model, source, scaling, serving, policy_scope)
+        _aggregated_application(
+            application_name, model, source, scaling, serving, policy_scope, ttft_objective
+        )
         if mode == "aggregated"
-        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope)
+        else _pd_application(
+            application_name, model, source, kv_path, scaling, serving, policy_scope, ttft_objective
+        )
     )
     return ServeConfig(applications=[application])

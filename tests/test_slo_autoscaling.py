@@ -1,0 +1,266 @@
+"""Capacity that meets a latency objective (`autoscaling.signal: slo`): `decide_on_latency` and
+`SloScalingPolicy` in jobs/llm_autoscaling.py, its queries, and the serve config that names it.
+
+Silent failures these guard against: a side that flaps around its target (removes a replica that the
+same load breached the target without), adds a replica per upscale delay while the last one still
+starts, holds its peak once idle (no request and no reading is idle: issue 46), scales down on a
+missing reading while it serves, reads a latency from the other side's engines or from a mean Ray
+rebuilt from bucket midpoints, or takes a target vLLM's buckets cannot judge; and a stack whose serve
+config does not carry both targets. The live tier drives it against a stand-in whose latency follows
+its load (tests/live/test_serving.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+
+from jobs.llm_autoscaling import (
+    ITL_BUCKETS,
+    TTFT_BUCKETS,
+    SloScalingPolicy,
+    bucket_of,
+    decide_on_latency,
+    latency_query,
+)
+from manifests.rayservice import build_serving
+from tests.fakes.pulumi import StackRun, plan_of, run_stack, stack_settings
+from tests.test_llm_autoscaling import as_the_controller_gets_it, context
+from tests.validators import serve_errors
+
+RAYSERVICE = "kubernetes:ray.io/v1:RayService"
+SCOPE = {"namespace": "inference", "jobs": "inference/ray-head-monitor|inference/ray-workers-monitor"}
+SLO = {
+    "autoscaling": {"signal": "slo", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}},
+    "gpuNodes": {"minSize": 0, "desiredSize": 2, "maxSize": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def slo_stack() -> StackRun:
+    return run_stack(overrides=SLO)
+
+
+def serve_config(run: StackRun) -> dict[str, Any]:
+    return yaml.safe_load(run.one(RAYSERVICE).inputs["spec"]["serveConfigV2"])
+
+
+def autoscaling_config(config: dict[str, Any], side: str) -> dict[str, Any]:
+    args = config["applications"][0]["args"]
+    found = args[f"{side}_config"] if side != "llm" else args["llm_configs"][0]
+    return found["deployment_config"]["autoscaling_config"]
+
+
+def decide(pressure, requests=8.0, current=2, running=None, breach=None, minimum=1, maximum=4):
+    running = current if running is None else running
+    return decide_on_latency(pressure, requests, current, running, minimum, maximum, 0.8, breach)
+
+
+class TestDecision:
+    @pytest.mark.parametrize(
+        ("pressure", "current", "expected"),
+        [
+            (1.01, 2, 3),  # breached: one more
+            (5.0, 2, 3),  # far above: still one (the next once it runs and shows in the window)
+            (1.0, 2, 2),  # at the target: hold
+            (0.9, 2, 2),  # met, but within the band: hold (no flapping around the target)
+            (0.8, 2, 1),  # met with room (band 0.8): one fewer
+            (0.1, 3, 2),  # far below: one at a time, the next after Ray's downscale delay
+            (0.1, 1, 1),  # the minimum
+        ],
+    )
+    def test_the_target_and_the_band(self, pressure, current, expected):
+        assert decide(pressure, current=current) == expected
+
+    def test_no_second_step_while_the_first_still_starts(self):
+        assert decide(2.0, current=3, running=2) == 3
+        assert decide(2.0, current=3, running=3) == 4
+
+    def test_it_does_not_give_back_a_replica_the_same_load_needed(self):
+        """Breached at 8 requests on one replica (8 a replica); two now meet it with room: at the same
+        8 requests the one left would hold 8 again, so it holds; at 6 it gives one back."""
+        assert decide(0.5, requests=8, current=2, breach=8.0) == 2
+        assert decide(0.5, requests=6, current=2, breach=8.0) == 1
+        assert decide(0.5, requests=8, current=3, breach=8.0) == 2  # two would hold 4 each
+
+    def test_idle_is_the_minimum_reading_or_not(self):
+        """No request: idle, whatever the last window said (vLLM observes latencies only while it
+        serves; issue 46: "no reading" while idle kept a side at its peak)."""
+        assert decide(None, requests=0, current=3) == 1
+        assert decide(3.0, requests=0, current=3) == 1
+        assert decide(None, requests=0, current=0, minimum=0) == 0
+
+    @pytest.mark.parametrize("pressure", [None, float("nan"), -1.0])
+    def test_requests_and_no_reading_hold(self, pressure):
+        assert decide(pressure, requests=8, current=3) == 3
+
+    def test_bounds(self):
+        assert decide(2.0, current=4) == 4
+        assert decide(None, current=7) == 4  # Serve lowered the maximum under a held count
+        assert decide(2.0, current=0, minimum=0) == 1  # a parked side with work: one
+
+
+class TestQueries:
+    def test_each_side_reads_its_own_engines_p95_from_the_buckets(self):
+        query = latency_query("ttft", "ray-llm-raycluster-abcde", "qwen", "Prefill:qwen3_5-9b", **SCOPE)
+        assert query.startswith("histogram_quantile(0.95, sum by (le) (rate(")
+        assert "ray_vllm_time_to_first_token_seconds_bucket{" in query and "[2m]" in query
+        assert 'deployment="Prefill:qwen3_5-9b"' in query and 'application="qwen"' in query
+        assert query.count('namespace="inference"') == 2 and query.count('ray_io_cluster="') == 2
+        # Never the histogram's _sum: Ray rebuilds it from bucket midpoints.
+        assert "seconds_sum" not in query and "seconds_count" not in query
+        itl = latency_query("itl", None, "qwen", "Decode:qwen3_5-9b")
+        assert "ray_vllm_inter_token_latency_seconds_bucket{" in itl
+
+    def test_where_a_target_lies_in_vllms_buckets(self):
+        assert bucket_of(2.0, TTFT_BUCKETS) == (1.0, 2.5)  # judged by interpolation
+        assert bucket_of(2.5, TTFT_BUCKETS) is None and bucket_of(0.1, ITL_BUCKETS) is None  # exact
+        assert bucket_of(0.12, ITL_BUCKETS) == (0.1, 0.15)
+        assert bucket_of(100.0, ITL_BUCKETS) == (80.0, math.inf)
+
+
+class LatencyPrometheus:
+    """Answers the policy's queries by histogram: TTFT and ITL readings of its own."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str | None] = {"ttft": None, "itl": None}
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlparse(self.path).query)["query"][0]
+                fake.queries.append(query)
+                value = fake.values["ttft" if "time_to_first_token" in query else "itl"]
+                result = [] if value is None else [{"metric": {}, "value": [time.time(), value]}]
+                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
+@pytest.fixture
+def prometheus(monkeypatch) -> Iterator[LatencyPrometheus]:
+    fake = LatencyPrometheus()
+    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    monkeypatch.setenv("RAY_PROMETHEUS_HOST", fake.url)
+    monkeypatch.setenv("RAY_CLUSTER_NAME", "ray-llm-raycluster-abcde")
+    yield fake
+    fake.server.shutdown()
+
+
+def no_delays(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "upscale_delay_s": 0, "downscale_delay_s": 0}
+
+
+class TestThePolicyInRay:
+    """Through Ray's own path: pickled by value, built from the rendered kwargs, wrapped in Ray's delays."""
+
+    def test_prefill_scales_on_its_ttft_and_gives_back_with_room(self, slo_stack, prometheus, monkeypatch):
+        config = no_delays(autoscaling_config(serve_config(slo_stack), "prefill"))
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        prometheus.values["ttft"] = "3.1"  # p95 above the 2 s objective
+        replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 8, 1))
+        assert replicas == 2 and state["slo_breach_load"] == 8
+        (query,) = prometheus.queries
+        assert "time_to_first_token" in query and 'deployment="Prefill:qwen3_5-9b"' in query
+        prometheus.values["ttft"] = "1.2"  # met with room, but the same 8 requests breached on one
+        state["llm_read_at"] = 0
+        replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 8, 2, state))
+        assert replicas == 2
+        state["llm_read_at"] = 0
+        assert policy(context(built, "Prefill:qwen3_5-9b", 3, 2, state))[0] == 1
+
+    def test_decode_scales_on_its_inter_token_latency(self, slo_stack, prometheus, monkeypatch):
+        built, policy = as_the_controller_gets_it(
+            no_delays(autoscaling_config(serve_config(slo_stack), "decode")), monkeypatch
+        )
+        prometheus.values.update(ttft="100", itl="0.15")  # decode reads no TTFT
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 3
+        assert all("inter_token_latency" in q for q in prometheus.queries)
+        prometheus.values["itl"] = "0.09"  # met, within the band (0.08): hold
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 2
+
+    def test_an_idle_side_goes_back_to_its_minimum(self, slo_stack, prometheus, monkeypatch):
+        built, policy = as_the_controller_gets_it(
+            no_delays(autoscaling_config(serve_config(slo_stack), "decode")), monkeypatch
+        )
+        assert policy(context(built, "Decode:qwen3_5-9b", 0, 3))[0] == 1
+        assert policy(context(built, "Decode:qwen3_5-9b", 4, 3))[0] == 3  # serving, not scraped yet
+
+    def test_aggregated_scales_on_whichever_is_breached(self, prometheus, monkeypatch):
+        sections = {"autoscaling": SLO["autoscaling"], "gpuNodes": SLO["gpuNodes"]}
+        built_serving = build_serving(
+            stack_settings("aggregated.example", **sections), plan_of("aggregated.example", **sections)
+        )
+        config = yaml.safe_load(built_serving.rayservice.to_dict()["spec"]["serveConfigV2"])
+        kwargs = autoscaling_config(config, "llm")["policy"]["policy_kwargs"]
+        assert kwargs["ttft_target"] == 2.0 and kwargs["itl_target"] == 0.1
+        assert serve_errors(config) == []
+        built, policy = as_the_controller_gets_it(no_delays(autoscaling_config(config, "llm")), monkeypatch)
+        name = "LLMServer:qwen3_5-9b"
+        prometheus.values.update(ttft="1.0", itl="0.2")  # TTFT met with room, ITL breached
+        assert policy(context(built, name, 20, 2))[0] == 3
+        prometheus.values.update(ttft="2.2", itl="0.05")  # ITL met, TTFT breached
+        assert policy(context(built, name, 20, 2))[0] == 3
+        prometheus.values.update(ttft="1.0", itl="0.05")  # both met with room
+        assert policy(context(built, name, 4, 3))[0] == 2
+        prometheus.values.update(ttft="1.9", itl="0.05")  # one within its band: hold
+        assert policy(context(built, name, 4, 3))[0] == 3
+
+    def test_without_prometheus_it_holds_and_never_raises(self, slo_stack, monkeypatch):
+        monkeypatch.setenv("RAY_PROMETHEUS_HOST", "http://127.0.0.1:9")
+        built, policy = as_the_controller_gets_it(
+            autoscaling_config(serve_config(slo_stack), "decode"), monkeypatch
+        )
+        assert policy(context(built, "Decode:qwen3_5-9b", 40, 2))[0] == 2
+
+    def test_it_refuses_no_target_and_a_band_outside_0_1(self):
+        with pytest.raises(ValueError, match="needs ttft_target, itl_target or both"):
+            SloScalingPolicy(band=0.8)
+        with pytest.raises(ValueError, match=r"band 1\.2"):
+            SloScalingPolicy(band=1.2, itl_target=0.1)
+
+
+class TestTheStack:
+    def test_both_targets_rendered_and_rays_models_accept_them(self, slo_stack):
+        config = serve_config(slo_stack)
+        prefill, decode = autoscaling_config(config, "prefill"), autoscaling_config(config, "decode")
+        assert prefill["policy"] == {
+            "policy_function": "llm_autoscaling:SloScalingPolicy",
+            "policy_kwargs": {"ttft_target": 2.0, "band": 0.8, **SCOPE},  # the observability objective
+        }
+        assert decode["policy"]["policy_kwargs"] == {"itl_target": 0.1, "band": 0.8, **SCOPE}
+        assert serve_errors(config) == []
+        plugins = slo_stack.one("kubernetes:core/v1:ConfigMap", "ray-llm-plugins").inputs["data"]
+        assert "llm_autoscaling.py" in plugins
+
+    def test_targets_follow_the_config(self):
+        sections = {
+            "autoscaling": {
+                **SLO["autoscaling"],
+                "prefill": {"maxReplicas": 2, "ttftTargetSeconds": 5},
+                "decode": {"maxReplicas": 3, "itlTargetSeconds": 0.05},
+            },
+            "gpuNodes": SLO["gpuNodes"],
+        }
+        built = build_serving(stack_settings(**sections), plan_of(**sections))
+        config = yaml.safe_load(built.rayservice.to_dict()["spec"]["serveConfigV2"])
+        assert autoscaling_config(config, "prefill")["policy"]["policy_kwargs"]["ttft_target"] == 5.0
+        assert autoscaling_config(config, "decode")["policy"]["policy_kwargs"]["itl_target"] == 0.05
