@@ -21,6 +21,7 @@ import itertools
 from typing import Any
 
 from config import Settings
+from config.autoscaling import ttft_target
 
 UID = "rayLlmPdDisaggregation"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
@@ -192,7 +193,21 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
 
 def scaling_description(settings: Settings) -> str:
     scaling = settings.autoscaling
-    if scaling.signal == "llm":
+    if scaling.signal == "slo":
+        ttft = ttft_target(scaling, settings.observability.ttft_objective_seconds)
+        itl = scaling.decode.itl_target_seconds
+        sides = (
+            f"the aggregated deployment on both its p95 time to first token ({ttft:g} s) and its p95 "
+            f"inter-token latency ({itl:g} s), whichever is breached"
+            if settings.serving.mode == "aggregated"
+            else f"prefill on its p95 time to first token, target {ttft:g} s; decode on its p95 "
+            f"inter-token latency, target {itl:g} s"
+        )
+        how = (
+            f"The stack's policy (autoscaling.signal: slo) decides: {sides}; one replica at a time, fewer "
+            f"only at or below {scaling.downscale_band:.0%} of a target (the panel beside it)."
+        )
+    elif scaling.signal == "llm":
         how = (
             "The stack's policy (autoscaling.signal: llm) decides: prefill on the prompt tokens it holds, "
             f"{scaling.prefill.target_prompt_tokens} per replica; decode on KV-cache use, "
@@ -210,6 +225,45 @@ def scaling_description(settings: Settings) -> str:
         f"after the delays ({scaling.upscale_delay_seconds:g} s up, {scaling.downscale_delay_seconds:g} s "
         "down); `healthy` what runs. A side that does not scale shows its fixed target only."
     )
+
+
+SLO_PANEL_ID = 52
+SLO_SIDES = {
+    "disaggregated": ("Prefill:.*", "Decode:.*"),
+    "aggregated": ("LLMServer:.*", "LLMServer:.*"),
+}
+"""Whose TTFT and whose inter-token latency the policy reads, per `serving.mode`."""
+TTFT, ITL = "ray_vllm_time_to_first_token_seconds", "ray_vllm_inter_token_latency_seconds"
+
+
+def _latency_targets(settings: Settings) -> list[dict[str, Any]]:
+    """With `autoscaling.signal: slo`: each side's p95 as the policy reads it (from vLLM's buckets, not
+    the mean Ray rebuilds from midpoints) beside its target, in the Scaling row."""
+    scaling = settings.autoscaling
+    if scaling.signal != "slo":
+        return []
+    ttft = ttft_target(scaling, settings.observability.ttft_objective_seconds)
+    itl = scaling.decode.itl_target_seconds
+    first, tokens = SLO_SIDES[settings.serving.mode]
+    return [
+        _panel(
+            SLO_PANEL_ID,
+            "Latency against its target: p95 TTFT, p95 inter-token latency",
+            [
+                (quantile(0.95, TTFT, deployments=first), "TTFT {{deployment}}"),
+                (f"vector({ttft:g})", "TTFT target"),
+                (quantile(0.95, ITL, deployments=tokens), "inter-token {{deployment}}"),
+                (f"vector({itl:g})", "inter-token target"),
+            ],
+            "s",
+            12,
+            46,
+            f"What the policy scales on (autoscaling.signal: slo): above its target a side gets one replica "
+            f"more; at or below {scaling.downscale_band:.0%} of it one fewer, if the fewer would each hold "
+            "fewer requests than one held at the last breach. The quantile comes from vLLM's buckets: "
+            "exact at a bucket bound, interpolated inside a bucket.",
+        )
+    ]
 
 
 def _view(settings: Settings) -> tuple[float, str, str, str, str, str]:
@@ -438,8 +492,9 @@ def _throughput_scaling_routing(settings: Settings) -> list[dict[str, Any]]:
             0,
             46,
             scaling_description(settings),
-            width=24,
+            width=12 if settings.autoscaling.signal == "slo" else 24,
         ),
+        *_latency_targets(settings),
         _row(19, "Routing and KV failures", 54),
         _panel(
             20,

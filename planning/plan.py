@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
+from config.autoscaling import ttft_target
 from config.base import quantity_value
+from jobs.llm_autoscaling import ITL_BUCKETS, TTFT_BUCKETS, WINDOW, bucket_of
 from planning.arns import check_arns
 from planning.capacity import (
     GIB,
@@ -92,6 +94,8 @@ class Plan:
     """What preview should say but not refuse."""
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
+    scaling: str | None = None
+    """How the sides scale on their latency targets (`autoscaling.signal: slo`), logged at preview."""
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -124,6 +128,7 @@ class Plan:
                 self.fit.summary(),
                 f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
                 "and decoding its own requests; no KV connector, no KV cache crosses nodes",
+                *((self.scaling,) if self.scaling else ()),
             )
         return (
             self.hardware_summary(),
@@ -131,7 +136,45 @@ class Plan:
             self.kv_path.summary(),
             self.kv_floor.summary(),
             self.kv_crossing.summary(),
+            *((self.scaling,) if self.scaling else ()),
         )
+
+
+def _judged(what: str, target: float, buckets: tuple[float, ...]) -> str:
+    bucket = bucket_of(target, buckets)
+    if bucket is None:
+        return f"{what} {target:g} s (a bound of vLLM's buckets: judged exactly)"
+    lower, upper = bucket
+    return (
+        f"{what} {target:g} s (inside vLLM's {lower:g}-{upper:g} s bucket: judged by interpolation, a p95 "
+        f"there off by up to {upper - lower:g} s; a bucket bound is judged exactly)"
+    )
+
+
+def slo_summary(settings: Settings, grows: bool) -> str | None:
+    """The preview's line on latency targets (`autoscaling.signal: slo`): each side's target, where it
+    lies in vLLM's histogram buckets (what the p95's error depends on), the band."""
+    scaling = settings.autoscaling
+    if scaling.signal != "slo":
+        return None
+    if not grows:
+        return (
+            "autoscaling.signal slo: no side may grow (autoscaling.<side>.maxReplicas above the minimum), "
+            "so no policy runs and the targets are not used"
+        )
+    objective = settings.observability.ttft_objective_seconds
+    ttft = _judged("p95 time to first token", ttft_target(scaling, objective), TTFT_BUCKETS)
+    itl = _judged("p95 inter-token latency", scaling.decode.itl_target_seconds, ITL_BUCKETS)
+    sides = (
+        f"the aggregated deployment on {ttft} and on {itl}, whichever is breached"
+        if settings.serving.mode == "aggregated"
+        else f"prefill on {ttft}; decode on {itl}"
+    )
+    return (
+        f"scaling on latency (autoscaling.signal slo): {sides}; read from Prometheus over {WINDOW}; one "
+        f"replica more while a target is breached, one fewer while it is met at or below "
+        f"{scaling.downscale_band:.0%} of it"
+    )
 
 
 def default_cluster_name(stack: str) -> str:
@@ -495,4 +538,5 @@ def plan_stack(
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
+        scaling=slo_summary(settings, max_workers > workers),
     )

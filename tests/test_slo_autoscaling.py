@@ -32,10 +32,14 @@ from jobs.llm_autoscaling import (
     decide_on_latency,
     latency_query,
 )
+from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_serving
+from tests.exported_metrics import EXPORTED
 from tests.fakes.pulumi import StackRun, plan_of, run_stack, stack_settings
 from tests.test_llm_autoscaling import as_the_controller_gets_it, context
-from tests.validators import serve_errors
+from tests.test_observability import _grafana_free, metric_names
+from tests.test_observability import settings as observability_settings
+from tests.validators import promtool_in, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 SCOPE = {"namespace": "inference", "jobs": "inference/ray-head-monitor|inference/ray-workers-monitor"}
@@ -264,3 +268,85 @@ class TestTheStack:
         config = yaml.safe_load(built.rayservice.to_dict()["spec"]["serveConfigV2"])
         assert autoscaling_config(config, "prefill")["policy"]["policy_kwargs"]["ttft_target"] == 5.0
         assert autoscaling_config(config, "decode")["policy"]["policy_kwargs"]["itl_target"] == 0.05
+
+
+class TestWhatPrometheusAnswers:
+    def test_the_p95_of_one_sides_own_engines_from_its_buckets(self, tmp_path):
+        """promtool evaluates the policy's queries on series as Ray exports them (every bucket's count as
+        vLLM counted it, the sum rebuilt from midpoints) and as the stack's PodMonitors label them: a
+        prefill engine whose TTFTs all lie in (2.5, 5] (p95 4.875 by interpolation), a decode engine of
+        the same Ray cluster with fast first tokens, and another Ray cluster's slow prefill."""
+        where = 'ray_io_cluster="{c}", namespace="inference", job="inference/ray-workers-monitor"'
+
+        def engine(worker: str, cluster: str, deployment: str, slow: bool) -> list[dict[str, str]]:
+            labels = f'{where.format(c=cluster)}, WorkerId="{worker}"'
+            serve = f'{labels}, application="qwen", deployment="{deployment}", replica="{worker}"'
+            buckets = [
+                {
+                    "series": f'ray_vllm_time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}',
+                    "values": "0+10x10" if (le not in ("1", "2.5") or not slow) else "0x10",
+                }
+                for le in ("1", "2.5", "5", "+Inf")
+            ]
+            return [
+                *buckets,
+                {"series": f"ray_serve_deployment_request_counter_total{{{serve}}}", "values": "1+1x10"},
+            ]
+
+        series = [
+            *engine("p1", "ray-llm-a", "Prefill:qwen3_5-9b", slow=True),
+            *engine("d1", "ray-llm-a", "Decode:qwen3_5-9b", slow=False),
+            *engine("p2", "ray-llm-b", "Prefill:qwen3_5-9b", slow=True),
+        ]
+        prefill = latency_query("ttft", "ray-llm-a", "qwen", "Prefill:qwen3_5-9b", **SCOPE)
+        decode = latency_query("ttft", "ray-llm-a", "qwen", "Decode:qwen3_5-9b", **SCOPE)
+        tests = [
+            {"expr": prefill, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 4.875}]},
+            {"expr": decode, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 0.95}]},
+        ]
+        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
+        (tmp_path / "tests.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "rule_files": ["rules.yaml"],
+                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+                }
+            )
+        )
+        promtool_in(tmp_path, "test", "rules", "tests.yaml")
+
+    def test_the_queries_use_only_exported_metrics(self):
+        for signal in ("ttft", "itl"):
+            names = metric_names(latency_query(signal, "c", "qwen", "Decode:x", **SCOPE))  # type: ignore[arg-type]
+            assert names and names <= EXPORTED, sorted(names - EXPORTED)
+
+
+class TestTheDashboardAndThePreview:
+    def test_the_scaling_row_shows_each_sides_p95_beside_its_target(self):
+        scaling = {"signal": "slo", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}}
+        panels = pd_dashboard(observability_settings(autoscaling=scaling))["panels"]
+        (latency,) = [p for p in panels if p["title"].startswith("Latency against its target")]
+        exprs = [t["expr"] for t in latency["targets"]]
+        assert "vector(2)" in exprs and "vector(0.1)" in exprs
+        ttft, itl = exprs[0], exprs[2]
+        assert "time_to_first_token_seconds_bucket" in ttft and 'deployment=~"Prefill:.*"' in ttft
+        assert "inter_token_latency_seconds_bucket" in itl and 'deployment=~"Decode:.*"' in itl
+        (replicas,) = [p for p in panels if p["title"].startswith("Replicas per side")]
+        assert "target 2 s" in replicas["description"] and "target 0.1 s" in replicas["description"]
+        assert replicas["gridPos"]["y"] == latency["gridPos"]["y"] and latency["gridPos"]["x"] == 12
+        assert len({p["id"] for p in panels}) == len(panels)
+        for expr in exprs:
+            assert metric_names(_grafana_free(expr)) <= EXPORTED
+        default = pd_dashboard(observability_settings())["panels"]
+        assert not any(p["title"].startswith("Latency against") for p in default)
+
+    def test_the_preview_names_the_targets_and_how_exactly_vllms_buckets_judge_them(self):
+        sections = {
+            "autoscaling": {**SLO["autoscaling"], "decode": {"maxReplicas": 3, "itlTargetSeconds": 0.12}},
+            "gpuNodes": SLO["gpuNodes"],
+        }
+        (line,) = [s for s in plan_of(**sections).summaries() if "autoscaling.signal slo" in s]
+        assert "prefill on p95 time to first token 2 s (inside vLLM's 1-2.5 s bucket" in line
+        assert "decode on p95 inter-token latency 0.12 s (inside vLLM's 0.1-0.15 s bucket" in line
+        assert "at or below 80% of it" in line
+        assert not any("autoscaling.signal" in s for s in plan_of().summaries())
