@@ -37,8 +37,8 @@ the bucket, so the bucket counts (and the quantile) are as exact as on vLLM's ow
 decision is certain when the true p95 lies outside the target's bucket, interpolated inside it.
 `decide_on_latency` is its decision, a pure function per side: one replica more while a target is
 breached (and the last step runs), one fewer while every target is met below `band` x target and the
-fewer would each hold fewer requests than a replica held when a target was last breached; no request
-is idle; requests and no reading holds.
+fewer would each hold fewer requests than a replica held when the side last stepped up; no request is
+idle; requests and no reading holds.
 
 Loaded by Ray as `llm_autoscaling:LlmScalingPolicy` (serveConfigV2's `autoscaling_config.policy`) from
 the ConfigMap on the Ray pods' PYTHONPATH, where the app is built; Ray then pickles it by value for the
@@ -120,14 +120,14 @@ def decide_on_latency(
     """The replicas one side needs for its latency `pressure`: the worst of its readings over their
     targets (1.0: at the target). `requests`: what the side holds (Serve's count); `running`: replicas
     running now (below `current` while a step is still starting); `breach_load`: requests per replica
-    when a target was last breached (None: not seen).
+    when a breached target last made the side step up (None: not seen).
 
     - No request: idle, the minimum (vLLM observes latencies only while it serves, so idle has no reading).
     - Requests and no reading: hold `current`.
     - Above 1: one replica more (from zero: one), once the last step runs: a new replica takes minutes
       and its effect shows in the window after that, so latency alone would add one per upscale delay.
     - At or below `band` (0 < band < 1): one fewer, if the fewer would each hold fewer requests than a
-      replica held at the last breach (the load that breached once would breach again).
+      replica held at the last step up (the load that breached once would breach again).
     - Otherwise hold. Always within [minimum, maximum]."""
     if not requests or requests < 0:
         wanted = 0
@@ -219,14 +219,15 @@ def latency_query(
     deployment: str,
     namespace: str | None = None,
     jobs: str | None = None,
+    window: str = WINDOW,
 ) -> str:
-    """The side's p95 time to first token (`ttft`) or inter-token latency (`itl`) over `WINDOW`, from
+    """The side's p95 time to first token (`ttft`) or inter-token latency (`itl`) over `window`, from
     the bucket rates of its engines; empty while none of them observed one in the window."""
     labels = selector(cluster, namespace, jobs)
     where = ", ".join(labels)
     histogram = LATENCY_HISTOGRAMS[signal]
     return (
-        f"histogram_quantile({SLO_QUANTILE}, sum by (le) (rate({histogram}_bucket{{{where}}}[{WINDOW}]) * "
+        f"histogram_quantile({SLO_QUANTILE}, sum by (le) (rate({histogram}_bucket{{{where}}}[{window}]) * "
         f"{side_of(labels, application, deployment)}))"
     )
 
@@ -358,7 +359,9 @@ class SloScalingPolicy:
         jobs: str | None = None,
         refresh_seconds: float = 15.0,
         timeout_seconds: float = 1.0,
+        window: str = WINDOW,
     ) -> None:
+        """`window`: the quantile's range (the live tier shortens it to fit in seconds)."""
         self.targets: dict[Literal["ttft", "itl"], float] = {
             **({"ttft": ttft_target} if ttft_target else {}),
             **({"itl": itl_target} if itl_target else {}),
@@ -372,11 +375,12 @@ class SloScalingPolicy:
         self.jobs = jobs
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
+        self.window = window
 
     def queries(self, ctx: AutoscalingContext, cluster: str | None) -> dict[str, str]:
         return {
             signal: latency_query(
-                signal, cluster, ctx.app_name, ctx.deployment_name, self.namespace, self.jobs
+                signal, cluster, ctx.app_name, ctx.deployment_name, self.namespace, self.jobs, self.window
             )
             for signal in self.targets
         }
@@ -408,8 +412,6 @@ class SloScalingPolicy:
             state[READ_AT] = now
         pressure = self.pressure(state.get(READING) or {})
         current, requests = ctx.target_num_replicas, ctx.total_num_requests
-        if pressure is not None and pressure > 1 and requests:
-            state[BREACH_LOAD] = requests / max(current, 1)
         replicas = decide_on_latency(
             pressure,
             requests,
@@ -420,10 +422,14 @@ class SloScalingPolicy:
             self.band,
             state.get(BREACH_LOAD),
         )
+        if replicas > current and requests:
+            # The load a step up is for. Not any tick whose reading is above the target: the reading
+            # lags its window, so when the load falls it is still above while the requests are not.
+            state[BREACH_LOAD] = requests / max(current, 1)
         if replicas != state.get(DECIDED, current):
             logger.info(
                 "slo autoscaling: %s %s %s -> %s replicas (p95 %s against targets %s: pressure %s; %s "
-                "requests, %s a replica at the last breach)",
+                "requests, %s a replica at the last step up)",
                 ctx.deployment_name,
                 "up" if replicas > current else "down" if replicas < current else "holds",
                 current,

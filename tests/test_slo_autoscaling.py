@@ -184,6 +184,9 @@ class TestThePolicyInRay:
         assert replicas == 2 and state["slo_breach_load"] == 8
         (query,) = prometheus.queries
         assert "time_to_first_token" in query and 'deployment="Prefill:qwen3_5-9b"' in query
+        # At its maximum, a reading still above (the window lags a falling load) records nothing.
+        state["llm_read_at"] = 0
+        assert policy(context(built, "Prefill:qwen3_5-9b", 1, 2, state))[1]["slo_breach_load"] == 8
         prometheus.values["ttft"] = "1.2"  # met with room, but the same 8 requests breached on one
         state["llm_read_at"] = 0
         replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 8, 2, state))
