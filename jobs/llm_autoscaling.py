@@ -91,16 +91,6 @@ SLO_QUANTILE = 0.95
 """The quantile each latency target holds: the one the TTFT alert judges (observability/rules.py)."""
 PRESSURE = "slo_pressure"
 BREACH_LOAD = "slo_breach_load"
-TTFT_BUCKETS = (
-    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0),
-    *(20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
-)
-"""vLLM 0.26 `vllm:time_to_first_token_seconds` buckets (vllm/v1/metrics/loggers.py:796-823)."""
-ITL_BUCKETS = (
-    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0),
-    *(20.0, 40.0, 80.0),
-)
-"""vLLM 0.26 `vllm:inter_token_latency_seconds` buckets (vllm/v1/metrics/loggers.py:829-854)."""
 LATENCY_HISTOGRAMS = {
     "ttft": "ray_vllm_time_to_first_token_seconds",
     "itl": "ray_vllm_inter_token_latency_seconds",
@@ -230,18 +220,6 @@ def latency_query(
         f"histogram_quantile({SLO_QUANTILE}, sum by (le) (rate({histogram}_bucket{{{where}}}[{window}]) * "
         f"{side_of(labels, application, deployment)}))"
     )
-
-
-def bucket_of(target: float, buckets: tuple[float, ...]) -> tuple[float, float] | None:
-    """The bucket (lower, upper] a target lies strictly inside; None when it is a bound (exact)."""
-    lower = 0.0
-    for upper in buckets:
-        if target == upper:
-            return None
-        if target < upper:
-            return lower, upper
-        lower = upper
-    return lower, math.inf
 
 
 def ask_prometheus(url: str, query: str, timeout: float) -> float | None:

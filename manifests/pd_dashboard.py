@@ -137,6 +137,24 @@ def prefix_hit_rate(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     )
 
 
+OFFLOAD_HITS = (
+    " CPU tier: the share of the prompt tokens left after the GPU's prefix cache that the CPU KV tier "
+    "(model.kvOffloadGib) held, vLLM's external_prefix_cache counters on the sides that have the tier."
+)
+
+
+def _offload_hits(settings: Settings) -> list[tuple[str, str]]:
+    """With `model.kvOffloadGib`: vLLM 0.26's connector prefix-cache counters (v1/metrics/loggers.py:
+    608-629), which count the tokens a KV connector offered, on the sides with the tier: prefill (on
+    decode NIXL offers every prompt, so they would read 100 %) or the aggregated deployment."""
+    if not settings.model.kv_offload_gib:
+        return []
+    tier = "LLMServer:.*" if settings.serving.mode == "aggregated" else "Prefill:.*"
+    hits = side_sum("rate", "ray_vllm_external_prefix_cache_hits_total", deployments=tier)
+    queries = side_sum("rate", "ray_vllm_external_prefix_cache_queries_total", deployments=tier)
+    return [(f"{hits} / {queries}", "CPU tier {{deployment}}")]
+
+
 def failed_requests(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     """Requests vLLM ended with an error (a KV cache that did not arrive, with kvLoadFailurePolicy fail)."""
     return side_sum("increase", "ray_vllm_request_success_total", ', finished_reason="error"', deployments)
@@ -499,12 +517,14 @@ def _throughput_scaling_routing(settings: Settings) -> list[dict[str, Any]]:
         _panel(
             20,
             "Prefix cache hit rate",
-            [(prefix_hit_rate(deployments), "{{deployment}}")],
+            [(prefix_hit_rate(deployments), "{{deployment}}"), *_offload_hits(settings)],
             "percentunit",
             0,
             55,
             "Share of prompt tokens each side found in its own prefix cache, what prefix-affinity routing "
-            "raises (serving.requestRouter). On decode a hit is a block not pulled over NIXL.",
+            "raises (serving.requestRouter). On decode a hit is a block not pulled over NIXL."
+            + OFFLOAD_HITS
+            * bool(settings.model.kv_offload_gib),
         ),
         _panel(
             21,

@@ -59,6 +59,51 @@ class KvTransferConfig(ServeModel):
     failures")."""
 
 
+class OffloadExtraConfig(ServeModel):
+    cpu_bytes_to_use: int = Field(gt=0)
+    """vLLM 0.26 CPUOffloadingSpec: host bytes for the tier, across the worker's TP ranks
+    (vllm/v1/kv_offload/cpu/spec.py:78-99); it refuses none."""
+
+
+class OffloadConnector(ServeModel):
+    """vLLM 0.26's OffloadingConnector: GPU-evicted KV blocks kept in host memory, looked up by prefix."""
+
+    kv_connector: Literal["OffloadingConnector"] = "OffloadingConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_connector_extra_config: OffloadExtraConfig
+
+
+class NixlChild(ServeModel):
+    """NIXL as a MultiConnector child: no engine_id, which vLLM takes from the parent
+    (multi_connector.py:213-231 builds `KVTransferConfig(**child, engine_id=...)`, so a child's own
+    would be a duplicate argument)."""
+
+    kv_connector: Literal["NixlConnector"] = "NixlConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    kv_connector_extra_config: NixlExtraConfig
+
+
+class MultiExtraConfig(ServeModel):
+    connectors: tuple[NixlChild, OffloadConnector]
+    """NIXL first: vLLM loads from the first child that has tokens (multi_connector.py:381-400), and
+    Ray 2.58 takes the P/D protocol from the first (kv_transfer/multi_connector.py `_primary`)."""
+
+
+class MultiKvTransferConfig(ServeModel):
+    """Prefill with a CPU tier (`model.kvOffloadGib`): NIXL and vLLM's OffloadingConnector together.
+    No engine_id: Ray 2.58's MultiConnectorBackend makes NIXL's unique engine_id on a copy of the
+    config only (kv_transfer/multi_connector.py setup, nixl.py), so a rendered one would be shared by
+    every prefill replica; without one vLLM gives each engine a uuid (vllm/config/kv_transfer.py:96-97),
+    which the children inherit."""
+
+    kv_connector: Literal["MultiConnector"] = "MultiConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    kv_connector_extra_config: MultiExtraConfig
+    kv_load_failure_policy: Literal["recompute", "fail"] | None = None
+
+
 class EngineKwargs(ServeModel):
     # Further vLLM engine arguments (model.extraEngineKwargs) pass through; Ray checks them against
     # vLLM's AsyncEngineArgs when it builds the engine.
@@ -69,8 +114,12 @@ class EngineKwargs(ServeModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enforce_eager: bool
     tensor_parallel_size: int | None = Field(None, ge=1)
-    kv_transfer_config: KvTransferConfig | None = None
+    kv_transfer_config: KvTransferConfig | MultiKvTransferConfig | None = None
     """None: aggregated, each replica keeps its own KV cache."""
+    kv_offloading_size: float | None = Field(None, gt=0)
+    """Aggregated with `model.kvOffloadGib`: vLLM's own CPU tier (GiB), which sets its
+    OffloadingConnector as the one connector (vllm/config/vllm.py:857-889); never beside NIXL."""
+    kv_offloading_backend: Literal["native"] | None = None
 
 
 class CloudMirror(ServeModel):
@@ -180,8 +229,10 @@ class PDArgs(ServeModel):
         )
         if prefill_kv is None or decode_kv is None:
             raise ValueError("prefill and decode each need a kv_transfer_config (build_pd_openai_app)")
-        if prefill_kv.engine_id == decode_kv.engine_id:
-            raise ValueError(f"prefill and decode share the NIXL engine_id {prefill_kv.engine_id!r}")
+        if isinstance(decode_kv, MultiKvTransferConfig):
+            raise ValueError("decode loads every prompt over NIXL: a CPU tier there only stores")
+        if getattr(prefill_kv, "engine_id", None) == getattr(decode_kv, "engine_id", 0):
+            raise ValueError(f"prefill and decode share the NIXL engine_id {decode_kv.engine_id!r}")
         return self
 
 
@@ -348,6 +399,41 @@ def prefix_router(settings: PrefixRouterConfig) -> RequestRouterConfig:
     )
 
 
+def _kv_transfer(
+    model: ModelConfig, engine_id: str, kv_path: KvPath, offload: bool
+) -> KvTransferConfig | MultiKvTransferConfig:
+    """The side's NIXL connector; with `offload` (prefill, `model.kvOffloadGib`) inside a MultiConnector
+    beside vLLM's OffloadingConnector."""
+    extra = NixlExtraConfig(
+        backends=list(kv_path.backends),
+        kv_lease_duration=None if model.kv_lease_seconds == VLLM_KV_LEASE_SECONDS else model.kv_lease_seconds,
+    )
+    # vLLM 0.26 marks no block of a hybrid model invalid on a failed read, so the policy would change
+    # nothing there but the serve config (and a redeploy for nothing).
+    failure_policy = None if hybrid_layers(model) else model.kv_load_failure_policy
+    if offload and model.kv_offload_gib:
+        return MultiKvTransferConfig(
+            kv_buffer_device=kv_path.buffer_device,
+            kv_connector_extra_config=MultiExtraConfig(
+                connectors=(
+                    NixlChild(kv_buffer_device=kv_path.buffer_device, kv_connector_extra_config=extra),
+                    OffloadConnector(
+                        kv_connector_extra_config=OffloadExtraConfig(
+                            cpu_bytes_to_use=round(model.kv_offload_gib * 2**30)
+                        )
+                    ),
+                )
+            ),
+            kv_load_failure_policy=failure_policy,
+        )
+    return KvTransferConfig(
+        engine_id=engine_id,
+        kv_buffer_device=kv_path.buffer_device,
+        kv_connector_extra_config=extra,
+        kv_load_failure_policy=failure_policy,
+    )
+
+
 def _side(
     model: ModelConfig,
     source: str | CloudMirror,
@@ -355,7 +441,8 @@ def _side(
     deployment: DeploymentConfig,
     kv_path: KvPath | None,
 ) -> LLMSide:
-    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated)."""
+    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated). A CPU
+    tier (`model.kvOffloadGib`) on prefill beside NIXL, on an aggregated replica alone."""
     return LLMSide(
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
@@ -367,21 +454,11 @@ def _side(
             gpu_memory_utilization=model.gpu_memory_utilization,
             enforce_eager=model.enforce_eager,
             tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
-            kv_transfer_config=KvTransferConfig(
-                engine_id=engine_id,
-                kv_buffer_device=kv_path.buffer_device,
-                kv_connector_extra_config=NixlExtraConfig(
-                    backends=list(kv_path.backends),
-                    kv_lease_duration=None
-                    if model.kv_lease_seconds == VLLM_KV_LEASE_SECONDS
-                    else model.kv_lease_seconds,
-                ),
-                # vLLM 0.26 marks no block of a hybrid model invalid on a failed read, so the policy
-                # would change nothing there but the serve config (and a redeploy for nothing).
-                kv_load_failure_policy=None if hybrid_layers(model) else model.kv_load_failure_policy,
-            )
+            kv_transfer_config=_kv_transfer(model, engine_id, kv_path, offload=engine_id == "prefill")
             if kv_path
             else None,
+            kv_offloading_size=model.kv_offload_gib if kv_path is None else None,
+            kv_offloading_backend="native" if kv_path is None and model.kv_offload_gib else None,
             **model.extra_engine_kwargs,
         ),
         deployment_config=deployment,

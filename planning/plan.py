@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
-from config.autoscaling import ttft_target
 from config.base import quantity_value
-from jobs.llm_autoscaling import ITL_BUCKETS, TTFT_BUCKETS, WINDOW, bucket_of
 from planning.arns import check_arns
 from planning.capacity import (
     GIB,
@@ -43,11 +41,13 @@ from planning.kv_path import (
     KvPath,
     TransferFloor,
     crossing,
+    hybrid_layers,
     plan_kv_path,
     prefix_cache,
     transfer_floor,
 )
 from planning.model_cache import ModelCachePlan, plan_model_cache
+from planning.slo import slo_summary
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
 
@@ -94,8 +94,9 @@ class Plan:
     """What preview should say but not refuse."""
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
-    scaling: str | None = None
-    """How the sides scale on their latency targets (`autoscaling.signal: slo`), logged at preview."""
+    notes: tuple[str, ...] = ()
+    """More lines the preview logs: how the sides scale on latency targets (`autoscaling.signal: slo`),
+    where the CPU tier for the KV cache lives (`model.kvOffloadGib`)."""
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -128,7 +129,7 @@ class Plan:
                 self.fit.summary(),
                 f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
                 "and decoding its own requests; no KV connector, no KV cache crosses nodes",
-                *((self.scaling,) if self.scaling else ()),
+                *self.notes,
             )
         return (
             self.hardware_summary(),
@@ -136,45 +137,8 @@ class Plan:
             self.kv_path.summary(),
             self.kv_floor.summary(),
             self.kv_crossing.summary(),
-            *((self.scaling,) if self.scaling else ()),
+            *self.notes,
         )
-
-
-def _judged(what: str, target: float, buckets: tuple[float, ...]) -> str:
-    bucket = bucket_of(target, buckets)
-    if bucket is None:
-        return f"{what} {target:g} s (a bound of vLLM's buckets: judged exactly)"
-    lower, upper = bucket
-    return (
-        f"{what} {target:g} s (inside vLLM's {lower:g}-{upper:g} s bucket: judged by interpolation, a p95 "
-        f"there off by up to {upper - lower:g} s; a bucket bound is judged exactly)"
-    )
-
-
-def slo_summary(settings: Settings, grows: bool) -> str | None:
-    """The preview's line on latency targets (`autoscaling.signal: slo`): each side's target, where it
-    lies in vLLM's histogram buckets (what the p95's error depends on), the band."""
-    scaling = settings.autoscaling
-    if scaling.signal != "slo":
-        return None
-    if not grows:
-        return (
-            "autoscaling.signal slo: no side may grow (autoscaling.<side>.maxReplicas above the minimum), "
-            "so no policy runs and the targets are not used"
-        )
-    objective = settings.observability.ttft_objective_seconds
-    ttft = _judged("p95 time to first token", ttft_target(scaling, objective), TTFT_BUCKETS)
-    itl = _judged("p95 inter-token latency", scaling.decode.itl_target_seconds, ITL_BUCKETS)
-    sides = (
-        f"the aggregated deployment on {ttft} and on {itl}, whichever is breached"
-        if settings.serving.mode == "aggregated"
-        else f"prefill on {ttft}; decode on {itl}"
-    )
-    return (
-        f"scaling on latency (autoscaling.signal slo): {sides}; read from Prometheus over {WINDOW}; one "
-        f"replica more while a target is breached, one fewer while it is met at or below "
-        f"{scaling.downscale_band:.0%} of it"
-    )
 
 
 def default_cluster_name(stack: str) -> str:
@@ -245,6 +209,54 @@ def _kv_keys_unused(settings: Settings) -> list[str]:
         "each replica keeps its own KV cache); it applies again when the mode is disaggregated"
         for key in given
     ]
+
+
+def _offload_problems(settings: Settings) -> list[str]:
+    """`model.kvOffloadGib` where no prefix cache is kept: vLLM 0.26's OffloadingConnector finds blocks by
+    their prefix-cache hashes, and for a hybrid model asserts prefix caching to align its block sizes
+    (vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py:50-57); vLLM keeps none by default
+    for a hybrid model such as the default (planning/kv_path.py `prefix_cache`)."""
+    model = settings.model
+    if not model.kv_offload_gib or prefix_cache(model):
+        return []
+    why = (
+        "vLLM 0.26 keeps no prefix cache for a hybrid model unless asked, and its offload connector "
+        "needs one to align the state layers' blocks"
+        if hybrid_layers(model) and "enable_prefix_caching" not in model.extra_engine_kwargs
+        else "model.extraEngineKwargs turns the prefix cache off"
+    )
+    return [
+        f"{PROJECT}:model.kvOffloadGib: a CPU tier is looked up by prefix-cache block hashes, and {why}; "
+        f"set {PROJECT}:model.extraEngineKwargs.enable_prefix_caching: true, or remove kvOffloadGib"
+    ]
+
+
+def _notes(settings: Settings, grows: bool) -> tuple[str, ...]:
+    return tuple(n for n in (slo_summary(settings, grows), offload_summary(settings)) if n)
+
+
+def offload_summary(settings: Settings) -> str | None:
+    """The preview's line on the CPU tier (`model.kvOffloadGib`): where it is, what it holds."""
+    model = settings.model
+    if not model.kv_offload_gib:
+        return None
+    where = (
+        "on each aggregated replica (vLLM's own kv_offloading_size: no NIXL to keep beside it)"
+        if settings.serving.mode == "aggregated"
+        else "on each prefill worker, in a MultiConnector after NIXL; none on decode, which loads every "
+        "prompt from prefill over NIXL (asked first), so a tier there would only store"
+    )
+    kept = (
+        "; hybrid model: vLLM 0.26's offload connector keeps the attention layers' blocks and treats the "
+        "state layers as a window of one chunk (offloading/scheduler.py:102-110): a hit needs the blocks "
+        "up to the prefix and the state at its end, both in the tier"
+        if hybrid_layers(model)
+        else ""
+    )
+    return (
+        f"CPU KV tier (model.kvOffloadGib): {model.kv_offload_gib:g} GiB of pinned host memory {where}; "
+        f"a prompt whose prefix the GPU evicted loads it from there instead of computing it again{kept}"
+    )
 
 
 def _prefix_router_without_cache(settings: Settings) -> list[str]:
@@ -339,7 +351,7 @@ def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int, shm: 
             f"{PROJECT}:serving.worker.shmSize: {shm} of memory-backed /dev/shm counts against "
             f"the worker's memory {memory} and must stay well below it"
         )
-    return problems
+    return problems + _offload_problems(settings)
 
 
 def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]:
@@ -481,8 +493,7 @@ def plan_stack(
     idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
     if idle_nodes:
         warnings.append(idle_nodes)
-    warnings += _kv_keys_unused(settings)
-    warnings += _prefix_router_without_cache(settings)
+    warnings += _kv_keys_unused(settings) + _prefix_router_without_cache(settings)
     problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
     try:
         upgrade = plan_upgrades(settings, system, capacity, max_workers)
@@ -538,5 +549,5 @@ def plan_stack(
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
-        scaling=slo_summary(settings, max_workers > workers),
+        notes=_notes(settings, max_workers > workers),
     )

@@ -32,6 +32,8 @@ from planning.context import own_cluster
 from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_UNUSED, VLLM_LABEL_VALUES
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
+from tests.promql import grafana_free as _grafana_free
+from tests.promql import metric_names
 from tests.ray_dashboards import generate
 from tests.validators import crd_package_errors, promtool_in
 
@@ -312,35 +314,6 @@ class TestMonitors:
         del rule["spec"]["groups"][0]["rules"][0]["expr"]
         errors = crd_package_errors([monitor, rule])
         assert all(errors), errors
-
-
-def _grafana_free(expr: str) -> str:
-    """A dashboard query with Grafana's variables replaced, as Grafana sends it to Prometheus."""
-    for variable, value in (
-        ("$__rate_interval", "5m"),
-        ("$__range", "1h"),
-        ("$__interval", "1m"),
-        ("$interval", "1m"),
-    ):
-        expr = expr.replace(variable, value)
-    expr = re.sub(r"\$\{?(\w+)(?::\w+)?\}?", ".*", expr)
-    return expr
-
-
-def metric_names(expr: str) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
-        if isinstance(selector, promql_parser.VectorSelector):
-            if selector.name:
-                names.add(selector.name)
-            for matcher in selector.matchers.matchers:
-                if matcher.name == "__name__" and matcher.op == promql_parser.MatchOp.Equal:
-                    names.add(matcher.value)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 def _panels(panels: list[dict[str, Any]]):

@@ -24,21 +24,16 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
-from jobs.llm_autoscaling import (
-    ITL_BUCKETS,
-    TTFT_BUCKETS,
-    SloScalingPolicy,
-    bucket_of,
-    decide_on_latency,
-    latency_query,
-)
+from jobs import llm_autoscaling
+from jobs.llm_autoscaling import SloScalingPolicy, decide_on_latency, latency_query
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_serving
+from planning import slo
+from planning.slo import ITL_BUCKETS, TTFT_BUCKETS, bucket_of
 from tests.exported_metrics import EXPORTED
 from tests.fakes.pulumi import StackRun, plan_of, run_stack, stack_settings
-from tests.test_llm_autoscaling import as_the_controller_gets_it, context
-from tests.test_observability import _grafana_free, metric_names
-from tests.test_observability import settings as observability_settings
+from tests.promql import grafana_free, metric_names
+from tests.serve_policy import as_the_controller_gets_it, context
 from tests.validators import promtool_in, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -124,6 +119,11 @@ class TestQueries:
         assert "seconds_sum" not in query and "seconds_count" not in query
         itl = latency_query("itl", None, "qwen", "Decode:qwen3_5-9b")
         assert "ray_vllm_inter_token_latency_seconds_bucket{" in itl
+
+    def test_the_preview_describes_the_window_and_quantile_the_policy_reads(self):
+        """planning/slo.py says what jobs/llm_autoscaling.py does (jobs import nothing of ours)."""
+        assert slo.POLICY_WINDOW == llm_autoscaling.WINDOW == "2m"
+        assert slo.POLICY_QUANTILE == llm_autoscaling.SLO_QUANTILE == 0.95
 
     def test_where_a_target_lies_in_vllms_buckets(self):
         assert bucket_of(2.0, TTFT_BUCKETS) == (1.0, 2.5)  # judged by interpolation
@@ -327,7 +327,7 @@ class TestWhatPrometheusAnswers:
 class TestTheDashboardAndThePreview:
     def test_the_scaling_row_shows_each_sides_p95_beside_its_target(self):
         scaling = {"signal": "slo", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}}
-        panels = pd_dashboard(observability_settings(autoscaling=scaling))["panels"]
+        panels = pd_dashboard(stack_settings(autoscaling=scaling))["panels"]
         (latency,) = [p for p in panels if p["title"].startswith("Latency against its target")]
         exprs = [t["expr"] for t in latency["targets"]]
         assert "vector(2)" in exprs and "vector(0.1)" in exprs
@@ -339,8 +339,8 @@ class TestTheDashboardAndThePreview:
         assert replicas["gridPos"]["y"] == latency["gridPos"]["y"] and latency["gridPos"]["x"] == 12
         assert len({p["id"] for p in panels}) == len(panels)
         for expr in exprs:
-            assert metric_names(_grafana_free(expr)) <= EXPORTED
-        default = pd_dashboard(observability_settings())["panels"]
+            assert metric_names(grafana_free(expr)) <= EXPORTED
+        default = pd_dashboard(stack_settings())["panels"]
         assert not any(p["title"].startswith("Latency against") for p in default)
 
     def test_the_preview_names_the_targets_and_how_exactly_vllms_buckets_judge_them(self):

@@ -324,8 +324,8 @@ def test_slo_each_side_scales_up_on_its_breached_target_and_down_when_met_with_r
                  describe=said)  # fmt: skip
     assert not load.errors
     log = slo.ray.controller_log()
-    said = rf"slo autoscaling: {re.escape(prefill)} down 2 -> 1 .*pressure ([\d.]+); ([\d.]+) requests"
-    downs = re.findall(said, log)
+    pattern = rf"slo autoscaling: {re.escape(prefill)} down 2 -> 1 .*pressure ([\d.]+); ([\d.]+) requests"
+    downs = re.findall(pattern, log)
     assert any(float(p) <= 0.8 and float(r) > 0 for p, r in downs), downs  # met with room, not idle
     with Load(slo, clients=16, prompt_tokens=16, tokens=(20, 30)) as load:
         wait_for("decode scaled up on its inter-token latency", lambda: slo.replicas()[decode] == 2,
