@@ -94,7 +94,7 @@ class MultiKvTransferConfig(ServeModel):
     """Prefill with a CPU tier (`model.kvOffloadGib`): NIXL and vLLM's OffloadingConnector together.
     No engine_id: Ray 2.58's MultiConnectorBackend makes NIXL's unique engine_id on a copy of the
     config only (kv_transfer/multi_connector.py setup, nixl.py), so a rendered one would be shared by
-    every prefill replica; without one vLLM gives each engine a uuid (vllm/config/kv_transfer.py:96-97),
+    every prefill replica; without one vLLM gives each engine a uuid (vllm/config/kv_transfer.py:93-94),
     which the children inherit."""
 
     kv_connector: Literal["MultiConnector"] = "MultiConnector"
