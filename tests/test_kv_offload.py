@@ -24,7 +24,7 @@ from config import ConfigError
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_serving
 from tests.exported_metrics import EXPORTED
-from tests.fakes.pulumi import plan_of, stack_settings
+from tests.fakes.pulumi import STACKS, plan_of, stack_settings
 from tests.promql import grafana_free, metric_names
 from tests.validators import (
     aggregated_rule_errors,
@@ -160,3 +160,35 @@ class TestTheDashboard:
         default = pd_dashboard(stack_settings())["panels"]
         (plain,) = [p for p in default if p["title"] == "Prefix cache hit rate"]
         assert len(plain["targets"]) == 1 and "CPU tier" not in plain["description"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_files_serve_config_with_both_keys_passes_ray_and_vllm(stack):
+    """Issue 52 item 3: each stack file with `signal: slo` on sides that may grow and a CPU tier renders
+    a serve config Ray 2.58's models accept, whose every KV connector config vLLM 0.26 builds."""
+    settings = stack_settings(stack)
+    model = settings.model
+    sections: dict[str, Any] = {
+        "autoscaling": {
+            "signal": "slo",
+            "prefill": {"maxReplicas": model.prefill_replicas + 1},
+            "decode": {"maxReplicas": model.decode_replicas + 1},
+        },
+        "gpuNodes": {"minSize": 0, "maxSize": settings.gpu_nodes.max_size + 2},
+        "model": MODEL,
+    }
+    config = serve_config(stack, **sections)
+    assert serve_errors(config) == []
+    args = config["applications"][0]["args"]
+    sides = (
+        [args["prefill_config"], args["decode_config"]] if "prefill_config" in args else args["llm_configs"]
+    )
+    policies = [s["deployment_config"]["autoscaling_config"]["policy"]["policy_kwargs"] for s in sides]
+    assert all("ttft_target" in p or "itl_target" in p for p in policies)
+    for side in sides:
+        kv_config = side["engine_kwargs"].get("kv_transfer_config")
+        assert kv_config is None or vllm_kv_transfer_errors(kv_config) == []
+    assert any(
+        "kv_offloading_size" in s["engine_kwargs"] or "kv_transfer_config" in s["engine_kwargs"]
+        for s in sides
+    )
