@@ -37,8 +37,8 @@ the bucket, so the bucket counts (and the quantile) are as exact as on vLLM's ow
 decision is certain when the true p95 lies outside the target's bucket, interpolated inside it.
 `decide_on_latency` is its decision, a pure function per side: one replica more while a target is
 breached (and the last step runs), one fewer while every target is met below `band` x target and the
-fewer would each hold fewer requests than a replica held when the side last stepped up; no request is
-idle; requests and no reading holds.
+fewer would each hold fewer requests than a replica held during the last breach; no request is idle;
+requests and no reading holds.
 
 Loaded by Ray as `llm_autoscaling:LlmScalingPolicy` (serveConfigV2's `autoscaling_config.policy`) from
 the ConfigMap on the Ray pods' PYTHONPATH, where the app is built; Ray then pickles it by value for the
@@ -91,6 +91,7 @@ SLO_QUANTILE = 0.95
 """The quantile each latency target holds: the one the TTFT alert judges (observability/rules.py)."""
 PRESSURE = "slo_pressure"
 BREACH_LOAD = "slo_breach_load"
+IN_BREACH = "slo_in_breach"
 LATENCY_HISTOGRAMS = {
     "ttft": "ray_vllm_time_to_first_token_seconds",
     "itl": "ray_vllm_inter_token_latency_seconds",
@@ -109,15 +110,15 @@ def decide_on_latency(
 ) -> int:
     """The replicas one side needs for its latency `pressure`: the worst of its readings over their
     targets (1.0: at the target). `requests`: what the side holds (Serve's count); `running`: replicas
-    running now (below `current` while a step is still starting); `breach_load`: requests per replica
-    when a breached target last made the side step up (None: not seen).
+    running now (below `current` while a step is still starting); `breach_load`: the most requests a
+    replica held while a target was last breached (`breach_load`; None: not seen).
 
     - No request: idle, the minimum (vLLM observes latencies only while it serves, so idle has no reading).
     - Requests and no reading: hold `current`.
     - Above 1: one replica more (from zero: one), once the last step runs: a new replica takes minutes
       and its effect shows in the window after that, so latency alone would add one per upscale delay.
     - At or below `band` (0 < band < 1): one fewer, if the fewer would each hold fewer requests than a
-      replica held at the last step up (the load that breached once would breach again).
+      replica held during the last breach (the load that breached once would breach again).
     - Otherwise hold. Always within [minimum, maximum]."""
     if not requests or requests < 0:
         wanted = 0
@@ -323,6 +324,17 @@ class LlmScalingPolicy:
         return replicas, state
 
 
+def breach_load(pressure: float | None, requests: float, current: int, state: dict[str, Any]) -> float | None:
+    """The requests per replica that breached a target: the most a replica held while the breach went
+    on, so neither a breach seen as the load ramps up (few requests yet) nor a reading that lags a
+    falling load (still above the target, few requests now) stands for it. A new breach starts anew."""
+    if pressure is None or pressure <= 1 or not requests:
+        return state.get(BREACH_LOAD)
+    load = requests / max(current, 1)
+    earlier = state.get(BREACH_LOAD)
+    return max(load, earlier) if state.get(IN_BREACH) and earlier is not None else load
+
+
 class SloScalingPolicy:
     """`autoscaling.signal: slo`: a side on its latency targets. Ray instantiates it once per deployment
     with `policy_kwargs`: `ttft_target` (prefill, aggregated) and `itl_target` (decode, aggregated) in
@@ -390,6 +402,8 @@ class SloScalingPolicy:
             state[READ_AT] = now
         pressure = self.pressure(state.get(READING) or {})
         current, requests = ctx.target_num_replicas, ctx.total_num_requests
+        state[BREACH_LOAD] = breach_load(pressure, requests, current, state)
+        state[IN_BREACH] = bool(pressure is not None and pressure > 1 and requests)
         replicas = decide_on_latency(
             pressure,
             requests,
@@ -400,14 +414,10 @@ class SloScalingPolicy:
             self.band,
             state.get(BREACH_LOAD),
         )
-        if replicas > current and requests:
-            # The load a step up is for. Not any tick whose reading is above the target: the reading
-            # lags its window, so when the load falls it is still above while the requests are not.
-            state[BREACH_LOAD] = requests / max(current, 1)
         if replicas != state.get(DECIDED, current):
             logger.info(
                 "slo autoscaling: %s %s %s -> %s replicas (p95 %s against targets %s: pressure %s; %s "
-                "requests, %s a replica at the last step up)",
+                "requests, %s a replica in the last breach)",
                 ctx.deployment_name,
                 "up" if replicas > current else "down" if replicas < current else "holds",
                 current,

@@ -278,7 +278,7 @@ def _latency_targets(settings: Settings) -> list[dict[str, Any]]:
             46,
             f"What the policy scales on (autoscaling.signal: slo): above its target a side gets one replica "
             f"more; at or below {scaling.downscale_band:.0%} of it one fewer, if the fewer would each hold "
-            "fewer requests than one held at the last breach. The quantile comes from vLLM's buckets: "
+            "fewer requests than one held during the last breach. The quantile comes from vLLM's buckets: "
             "exact at a bucket bound, interpolated inside a bucket.",
         )
     ]

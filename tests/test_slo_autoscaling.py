@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from jobs import llm_autoscaling
-from jobs.llm_autoscaling import SloScalingPolicy, decide_on_latency, latency_query
+from jobs.llm_autoscaling import SloScalingPolicy, breach_load, decide_on_latency, latency_query
 from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_serving
 from planning import slo
@@ -90,6 +90,22 @@ class TestDecision:
         assert decide(0.5, requests=8, current=2, breach=8.0) == 2
         assert decide(0.5, requests=6, current=2, breach=8.0) == 1
         assert decide(0.5, requests=8, current=3, breach=8.0) == 2  # two would hold 4 each
+
+    def test_the_breach_load_is_the_most_a_replica_held_while_it_lasted(self):
+        """Seen live: a breach first read as the load ramped up (1 request) stood for the load that
+        breached, and kept prefill at 2 under a light load of 2. The most while it lasts; anew after."""
+        state: dict[str, Any] = {}
+        for pressure, requests, current, expected in [
+            (1.5, 1, 1, 1.0),  # the ramp: first seen with one request
+            (2.0, 8, 1, 8.0),  # the load that breaches
+            (1.8, 2, 2, 8.0),  # the reading lags a falling load: kept
+            (None, 2, 2, 8.0),  # no reading: kept
+            (0.5, 2, 2, 8.0),  # met: kept for the decision
+            (1.2, 6, 2, 3.0),  # a new breach starts anew
+        ]:
+            state["slo_breach_load"] = breach_load(pressure, requests, current, state)
+            state["slo_in_breach"] = bool(pressure is not None and pressure > 1 and requests)
+            assert state["slo_breach_load"] == expected, (pressure, requests, current)
 
     def test_idle_is_the_minimum_reading_or_not(self):
         """No request: idle, whatever the last window said (vLLM observes latencies only while it
@@ -184,9 +200,10 @@ class TestThePolicyInRay:
         assert replicas == 2 and state["slo_breach_load"] == 8
         (query,) = prometheus.queries
         assert "time_to_first_token" in query and 'deployment="Prefill:qwen3_5-9b"' in query
-        # At its maximum, a reading still above (the window lags a falling load) records nothing.
+        # At its maximum, a reading still above (the window lags a falling load) lowers nothing.
         state["llm_read_at"] = 0
-        assert policy(context(built, "Prefill:qwen3_5-9b", 1, 2, state))[1]["slo_breach_load"] == 8
+        replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 1, 2, state))
+        assert state["slo_breach_load"] == 8 and replicas == 2
         prometheus.values["ttft"] = "1.2"  # met with room, but the same 8 requests breached on one
         state["llm_read_at"] = 0
         replicas, state = policy(context(built, "Prefill:qwen3_5-9b", 8, 2, state))
