@@ -327,7 +327,8 @@ class LlmScalingPolicy:
 def breach_load(pressure: float | None, requests: float, current: int, state: dict[str, Any]) -> float | None:
     """The requests per replica that breached a target: the most a replica held while the breach went
     on, so neither a breach seen as the load ramps up (few requests yet) nor a reading that lags a
-    falling load (still above the target, few requests now) stands for it. A new breach starts anew."""
+    falling load (still above the target, few or no requests now) stands for it. The breach lasts until
+    a reading at or below the target; a new one starts anew."""
     if pressure is None or pressure <= 1 or not requests:
         return state.get(BREACH_LOAD)
     load = requests / max(current, 1)
@@ -403,7 +404,8 @@ class SloScalingPolicy:
         pressure = self.pressure(state.get(READING) or {})
         current, requests = ctx.target_num_replicas, ctx.total_num_requests
         state[BREACH_LOAD] = breach_load(pressure, requests, current, state)
-        state[IN_BREACH] = bool(pressure is not None and pressure > 1 and requests)
+        if pressure is not None:  # a breach ends with a reading at or below the target, not a quiet tick
+            state[IN_BREACH] = pressure > 1
         replicas = decide_on_latency(
             pressure,
             requests,

@@ -99,12 +99,15 @@ class TestDecision:
             (1.5, 1, 1, 1.0),  # the ramp: first seen with one request
             (2.0, 8, 1, 8.0),  # the load that breaches
             (1.8, 2, 2, 8.0),  # the reading lags a falling load: kept
+            (1.7, 0, 2, 8.0),  # a quiet moment, the reading still above: the same breach
+            (1.4, 1, 2, 8.0),  # light load, the window still holds the heavy one: kept (seen live)
             (None, 2, 2, 8.0),  # no reading: kept
-            (0.5, 2, 2, 8.0),  # met: kept for the decision
+            (0.5, 2, 2, 8.0),  # met: the breach is over, its load kept for the decision
             (1.2, 6, 2, 3.0),  # a new breach starts anew
         ]:
             state["slo_breach_load"] = breach_load(pressure, requests, current, state)
-            state["slo_in_breach"] = bool(pressure is not None and pressure > 1 and requests)
+            if pressure is not None:
+                state["slo_in_breach"] = pressure > 1
             assert state["slo_breach_load"] == expected, (pressure, requests, current)
 
     def test_idle_is_the_minimum_reading_or_not(self):
@@ -210,6 +213,27 @@ class TestThePolicyInRay:
         assert replicas == 2
         state["llm_read_at"] = 0
         assert policy(context(built, "Prefill:qwen3_5-9b", 3, 2, state))[0] == 1
+
+    def test_heavy_then_quiet_then_light_gives_the_replica_back(self, slo_stack, prometheus, monkeypatch):
+        """The live tier's sequence: a breach under 8 requests; the load stops and a light one starts
+        while the window still holds the heavy load's TTFTs; then the light load's own readings."""
+        config = no_delays(autoscaling_config(serve_config(slo_stack), "prefill"))
+        built, policy = as_the_controller_gets_it(config, monkeypatch)
+        state: dict[str, Any] = {}
+
+        def tick(ttft: str, requests: float, current: int) -> int:
+            nonlocal state
+            prometheus.values["ttft"] = ttft
+            state["llm_read_at"] = 0
+            replicas, state = policy(context(built, "Prefill:qwen3_5-9b", requests, current, state))
+            return replicas
+
+        assert tick("4.8", 1, 1) == 2  # the ramp: first seen with one request (target 2 s)
+        assert tick("4.8", 8, 2) == 2  # at its maximum, under the load that breached
+        assert tick("4.0", 0, 2) == 1  # quiet: idle is the minimum, Ray's downscale delay holds it
+        assert tick("3.0", 1.5, 2) == 2  # light load, the window still above the target: hold
+        assert tick("0.6", 1.5, 2) == 1  # the light load's own readings: met with room, one fewer
+        assert state["slo_breach_load"] == 4
 
     def test_decode_scales_on_its_inter_token_latency(self, slo_stack, prometheus, monkeypatch):
         built, policy = as_the_controller_gets_it(
