@@ -6,10 +6,12 @@ shortened so a scale-up and a scale-down fit in seconds, and Serve's default rou
 renders Ray Serve LLM's prefix router (which imports vLLM).
 
 Checked through Ray's and Prometheus's own APIs: each side of each mode scales up under load and back to
-its minimum once idle; each KV/NIXL failure alert fires on the first failure of a fresh worker; the
-readiness Job's check passes against the live dashboard (and refuses a wrong token); the policy logs a
-line per decision. What needs a GPU and vLLM (real KV-cache figures, NIXL transfers, the prefix cache)
-is not here: docs/design.md, "What the live tier proves".
+its minimum once idle; with `autoscaling.signal: slo` each side scales up on its own breached latency
+target and back down when it is met with room (the stand-in's latency following its load); each KV/NIXL
+failure alert fires on the first failure of a fresh worker; the readiness Job's check passes against the
+live dashboard (and refuses a wrong token); the policy logs a line per decision. What needs a GPU and
+vLLM (real KV-cache figures, NIXL transfers, the prefix cache) is not here: docs/design.md, "What the
+live tier proves".
 """
 
 from __future__ import annotations
