@@ -3,7 +3,8 @@
 Three layers move together. Ray Serve adds and removes prefill and decode replicas by the requests each
 replica holds (`targetOngoingRequests`), or with `signal: llm` by the engine's own figures through the
 stack's policy (jobs/llm_autoscaling.py): prefill by the prompt tokens it holds, decode by its KV-cache
-use; KubeRay's in-tree autoscaler adds and removes GPU worker pods
+use; or with `signal: slo` by the latency users feel: prefill by its time to first token, decode by its
+inter-token latency, each against a target; KubeRay's in-tree autoscaler adds and removes GPU worker pods
 for them; Cluster Autoscaler adds and removes GPU nodes for the pods, within `gpuNodes.minSize` and
 `gpuNodes.maxSize`, in the node group's one zone and placement group. `model.prefillReplicas` and
 `model.decodeReplicas` are each side's minimum.
@@ -66,6 +67,17 @@ class PrefillScaling(SideScaling):
         "today's 4 requests at 2048 tokens each.",
     )
 
+    ttft_target_seconds: float | None = Field(
+        None,
+        gt=0,
+        lt=2560,
+        description="With `autoscaling.signal: slo`: the p95 time to first token prefill's engines aim for "
+        "(an aggregated deployment: with `decode.itlTargetSeconds`, whichever is breached). Default: "
+        "`observability.ttftObjectiveSeconds`. Judged on vLLM's histogram buckets (0.5, 0.75, 1, 2.5, 5, "
+        "7.5, 10 s, ...): a target on a bucket bound is judged exactly, one inside a bucket by "
+        "interpolation; below 2560 s, vLLM's last bucket, above which nothing can be read.",
+    )
+
     target_ongoing_requests: float = Field(
         4, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
     )
@@ -86,6 +98,16 @@ class DecodeScaling(SideScaling):
         "for free blocks or are preempted before a new replica (minutes away) arrives.",
     )
 
+    itl_target_seconds: float = Field(
+        0.1,
+        gt=0,
+        lt=80,
+        description="With `autoscaling.signal: slo`: the p95 time between two generated tokens decode's "
+        "engines aim for (vLLM's inter-token latency). Judged on vLLM's histogram buckets (0.05, 0.075, 0.1, "
+        "0.15, 0.2, 0.3 s, ...): a target on a bound is judged exactly, one inside a bucket by "
+        "interpolation; below 80 s, vLLM's last bucket.",
+    )
+
     target_ongoing_requests: float = Field(
         32, gt=0, description=SideScaling.model_fields["target_ongoing_requests"].description
     )
@@ -104,13 +126,16 @@ class AutoscalingConfig(StrictModel):
         "endpoint stay; the endpoint answers 503 saying the model is parked. Set it back to false and "
         "`up` to serve again.",
     )
-    signal: Literal["requests", "llm"] = Field(
+    signal: Literal["requests", "llm", "slo"] = Field(
         "requests",
         description="What a side that may grow (`<side>.maxReplicas` above its minimum) scales on. "
         "`requests`: Ray Serve's own policy, the requests each replica holds (`targetOngoingRequests`). "
         "`llm`: the stack's policy (jobs/llm_autoscaling.py) on the engine's figures, read from the "
         "stack's Prometheus (needs `observability.enabled`): prefill on the prompt tokens it holds "
-        "(`prefill.targetPromptTokens`), decode on KV-cache use (`decode.targetKvCacheUsage`). Delays, "
+        "(`prefill.targetPromptTokens`), decode on KV-cache use (`decode.targetKvCacheUsage`). `slo`: "
+        "the stack's policy on latency, read from the same Prometheus: prefill on the p95 time to first "
+        "token (`prefill.ttftTargetSeconds`), decode on the p95 inter-token latency "
+        "(`decode.itlTargetSeconds`), an aggregated deployment on both; one replica at a time. Delays, "
         "bounds and nodes work as with `requests`.",
     )
     downscale_band: float = Field(
@@ -119,7 +144,9 @@ class AutoscalingConfig(StrictModel):
         lt=1,
         description="With `signal: llm`: a side gives up replicas only while the ones left would each stay "
         "below this share of the target, so removing one does not put the rest over it at once (adding "
-        "happens above the target).",
+        "happens above the target). With `signal: slo`: a side gives up a replica only while its p95 "
+        "latency stays at or below this share of its target (and the fewer replicas would each hold "
+        "fewer requests than one held when the target was last breached).",
     )
     prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
     decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]
@@ -145,3 +172,8 @@ class AutoscalingConfig(StrictModel):
         le=1440,
         description="How long a GPU node must be unneeded before Cluster Autoscaler removes it.",
     )
+
+
+def ttft_target(scaling: AutoscalingConfig, objective: float) -> float:
+    """Prefill's TTFT target with `signal: slo`: its own, or the observability objective."""
+    return scaling.prefill.ttft_target_seconds or objective

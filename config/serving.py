@@ -202,6 +202,10 @@ _RESERVED_ENGINE_KWARGS = {
     "tensor_parallel_size",
     "model",
     "served_model_name",
+    # vLLM 0.26 replaces any kv_connector with its offload connector when kv_offloading_size is set
+    # (vllm/config/vllm.py:857-889): NIXL would be gone. model.kvOffloadGib renders it beside NIXL.
+    "kv_offloading_size",
+    "kv_offloading_backend",
 }
 
 
@@ -287,6 +291,17 @@ class ModelConfig(StrictModel):
         "attention-only model, where host memory is faster (counted in the worker's memory). `cpu` with "
         "a hybrid model is refused.",
     )
+    kv_offload_gib: float | None = Field(
+        None,
+        gt=0,
+        description="A CPU tier for the KV cache: GiB of each prefill worker's host memory (pinned) where "
+        "vLLM 0.26's OffloadingConnector keeps KV blocks the GPU evicts, so a prompt whose prefix was "
+        "computed before loads it from host memory instead of computing it again. Rendered beside NIXL "
+        "in a MultiConnector on prefill only (decode loads every prompt from prefill over NIXL, so a "
+        "tier there would only store); an aggregated replica gets vLLM's own `kv_offloading_size`. "
+        "Needs a prefix cache (the default hybrid model: `extraEngineKwargs.enable_prefix_caching: "
+        "true`). Counted in the worker's memory by the fit check. Unset: no tier.",
+    )
     hybrid_layers: bool | None = Field(
         None,
         description="Whether the model has per-sequence state layers beside attention (Mamba, Gated "
@@ -350,7 +365,7 @@ class ModelConfig(StrictModel):
         if owned:
             raise ValueError(
                 f"{owned} are set by their own model keys (maxModelLen, dtype, gpuMemoryUtilization, "
-                "enforceEager, tensorParallelSize, nixlBackends, id/source); remove them here"
+                "enforceEager, tensorParallelSize, nixlBackends, id/source, kvOffloadGib); remove them here"
             )
         return value
 

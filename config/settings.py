@@ -155,10 +155,10 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
                 f"{project}:autoscaling.{side}.maxReplicas: {maximum} is below {project}:model."
                 f"{side}Replicas {minimum}, the side's minimum"
             )
-    if scaling.signal == "llm" and not settings.observability.enabled:
+    if scaling.signal in ("llm", "slo") and not settings.observability.enabled:
         problems.append(
-            f"{project}:autoscaling.signal: llm reads the engines' figures from the stack's Prometheus, but "
-            f"{project}:observability.enabled is false; enable it, or scale on requests"
+            f"{project}:autoscaling.signal: {scaling.signal} reads the engines' figures from the stack's "
+            f"Prometheus, but {project}:observability.enabled is false; enable it, or scale on requests"
         )
     if settings.serving.self_heal and (
         settings.serving.mode != "disaggregated" or not settings.observability.enabled

@@ -28,6 +28,18 @@ requests not scraped yet). A KV-cache reading is never carried over from an earl
 logs a line when its decision changes, not on every control-loop tick (Ray calls it every 0.1 s, also
 through its delay windows).
 
+`SloScalingPolicy` (`autoscaling.signal: slo`) scales on the latency users feel instead: prefill on its
+engines' time to first token, decode on their inter-token latency, an aggregated deployment on both
+(whichever is breached). Each is the p95 over `WINDOW` from vLLM's histogram buckets
+(`histogram_quantile`): Ray re-records each bucket's count at the bucket's midpoint, which lies inside
+the bucket, so the bucket counts (and the quantile) are as exact as on vLLM's own endpoint, while the
+`_sum` (a mean) is not, and is not used. The quantile is linear within the bucket that holds it: a
+decision is certain when the true p95 lies outside the target's bucket, interpolated inside it.
+`decide_on_latency` is its decision, a pure function per side: one replica more while a target is
+breached (and the last step runs), one fewer while every target is met below `band` x target and the
+fewer would each hold fewer requests than a replica held during the last breach; no request is idle;
+requests and no reading holds.
+
 Loaded by Ray as `llm_autoscaling:LlmScalingPolicy` (serveConfigV2's `autoscaling_config.policy`) from
 the ConfigMap on the Ray pods' PYTHONPATH, where the app is built; Ray then pickles it by value for the
 Serve controller on the head, which calls it every control loop. Standard library only.
@@ -72,6 +84,53 @@ def decide(load: float | None, target: float, current: int, minimum: int, maximu
     else:
         fewer = math.ceil(load / (band * target))
         wanted = fewer if fewer < current else current
+    return max(minimum, min(maximum, wanted))
+
+
+SLO_QUANTILE = 0.95
+"""The quantile each latency target holds: the one the TTFT alert judges (observability/rules.py)."""
+PRESSURE = "slo_pressure"
+BREACH_LOAD = "slo_breach_load"
+IN_BREACH = "slo_in_breach"
+LATENCY_HISTOGRAMS = {
+    "ttft": "ray_vllm_time_to_first_token_seconds",
+    "itl": "ray_vllm_inter_token_latency_seconds",
+}
+
+
+def decide_on_latency(
+    pressure: float | None,
+    requests: float,
+    current: int,
+    running: int,
+    minimum: int,
+    maximum: int,
+    band: float,
+    breach_load: float | None,
+) -> int:
+    """The replicas one side needs for its latency `pressure`: the worst of its readings over their
+    targets (1.0: at the target). `requests`: what the side holds (Serve's count); `running`: replicas
+    running now (below `current` while a step is still starting); `breach_load`: the most requests a
+    replica held while a target was last breached (`breach_load`; None: not seen).
+
+    - No request: idle, the minimum (vLLM observes latencies only while it serves, so idle has no reading).
+    - Requests and no reading: hold `current`.
+    - Above 1: one replica more (from zero: one), once the last step runs: a new replica takes minutes
+      and its effect shows in the window after that, so latency alone would add one per upscale delay.
+    - At or below `band` (0 < band < 1): one fewer, if the fewer would each hold fewer requests than a
+      replica held during the last breach (the load that breached once would breach again).
+    - Otherwise hold. Always within [minimum, maximum]."""
+    if not requests or requests < 0:
+        wanted = 0
+    elif pressure is None or math.isnan(pressure) or pressure < 0:
+        wanted = current
+    elif pressure > 1:
+        wanted = current if running < current else current + 1
+    elif pressure <= band and current > 1:
+        fewer_hold = requests / (current - 1)
+        wanted = current - 1 if breach_load is None or fewer_hold < breach_load else current
+    else:
+        wanted = current
     return max(minimum, min(maximum, wanted))
 
 
@@ -125,6 +184,42 @@ def kv_cache_query(
     return (
         f"sum(ray_vllm_kv_cache_usage_perc{{{where}}} * on (WorkerId) group_left (deployment) "
         f"max by (WorkerId, deployment) (ray_serve_deployment_request_counter_total{{{side}}} * 0 + 1))"
+    )
+
+
+def side_of(labels: list[str], application: str | None, deployment: str) -> str:
+    """A side's vLLM series: vLLM's series carry the replica's `WorkerId` but not its deployment; Serve's
+    request counter from the same process has both (as the PD dashboard and `kv_cache_query`)."""
+    side = ", ".join(
+        [
+            *labels,
+            *([f"application={_string(application)}"] if application else []),
+            f"deployment={_string(deployment)}",
+        ]
+    )
+    return (
+        f"on (WorkerId) group_left (deployment) "
+        f"max by (WorkerId, deployment) (ray_serve_deployment_request_counter_total{{{side}}} * 0 + 1)"
+    )
+
+
+def latency_query(
+    signal: Literal["ttft", "itl"],
+    cluster: str | None,
+    application: str | None,
+    deployment: str,
+    namespace: str | None = None,
+    jobs: str | None = None,
+    window: str = WINDOW,
+) -> str:
+    """The side's p95 time to first token (`ttft`) or inter-token latency (`itl`) over `window`, from
+    the bucket rates of its engines; empty while none of them observed one in the window."""
+    labels = selector(cluster, namespace, jobs)
+    where = ", ".join(labels)
+    histogram = LATENCY_HISTOGRAMS[signal]
+    return (
+        f"histogram_quantile({SLO_QUANTILE}, sum by (le) (rate({histogram}_bucket{{{where}}}[{window}]) * "
+        f"{side_of(labels, application, deployment)}))"
     )
 
 
@@ -226,4 +321,115 @@ class LlmScalingPolicy:
             )
         state[DECIDED] = replicas
         state[LOAD] = load
+        return replicas, state
+
+
+def breach_load(pressure: float | None, requests: float, current: int, state: dict[str, Any]) -> float | None:
+    """The requests per replica that breached a target: the most a replica held while the breach went
+    on, so neither a breach seen as the load ramps up (few requests yet) nor a reading that lags a
+    falling load (still above the target, few or no requests now) stands for it. The breach lasts until
+    a reading at or below the target; a new one starts anew."""
+    if pressure is None or pressure <= 1 or not requests:
+        return state.get(BREACH_LOAD)
+    load = requests / max(current, 1)
+    earlier = state.get(BREACH_LOAD)
+    return max(load, earlier) if state.get(IN_BREACH) and earlier is not None else load
+
+
+class SloScalingPolicy:
+    """`autoscaling.signal: slo`: a side on its latency targets. Ray instantiates it once per deployment
+    with `policy_kwargs`: `ttft_target` (prefill, aggregated) and `itl_target` (decode, aggregated) in
+    seconds, at least one; `band`; the pods' `namespace` and the monitors' `jobs` as `LlmScalingPolicy`."""
+
+    def __init__(
+        self,
+        band: float,
+        ttft_target: float | None = None,
+        itl_target: float | None = None,
+        namespace: str | None = None,
+        jobs: str | None = None,
+        refresh_seconds: float = 15.0,
+        timeout_seconds: float = 1.0,
+        window: str = WINDOW,
+    ) -> None:
+        """`window`: the quantile's range (the live tier shortens it to fit in seconds)."""
+        self.targets: dict[Literal["ttft", "itl"], float] = {
+            **({"ttft": ttft_target} if ttft_target else {}),
+            **({"itl": itl_target} if itl_target else {}),
+        }
+        if not self.targets:
+            raise ValueError("an SLO policy needs ttft_target, itl_target or both")
+        if not 0 < band < 1:
+            raise ValueError(f"band {band} is not between 0 and 1")
+        self.band = band
+        self.namespace = namespace
+        self.jobs = jobs
+        self.refresh_seconds = refresh_seconds
+        self.timeout_seconds = timeout_seconds
+        self.window = window
+
+    def queries(self, ctx: AutoscalingContext, cluster: str | None) -> dict[str, str]:
+        return {
+            signal: latency_query(
+                signal, cluster, ctx.app_name, ctx.deployment_name, self.namespace, self.jobs, self.window
+            )
+            for signal in self.targets
+        }
+
+    def read(self, ctx: AutoscalingContext) -> dict[str, float | None]:
+        """Each target's p95 from Prometheus (the controller's loop waits for it, so briefly)."""
+        url = os.environ.get(PROMETHEUS_ENV)
+        if not url:
+            logger.warning("slo autoscaling: %s is not set on the Ray head; holding replicas", PROMETHEUS_ENV)
+            return dict.fromkeys(self.targets)
+        cluster = os.environ.get(CLUSTER_ENV)
+        return {
+            signal: ask_prometheus(url, query, self.timeout_seconds)
+            for signal, query in self.queries(ctx, cluster).items()
+        }
+
+    def pressure(self, readings: dict[str, float | None]) -> float | None:
+        """The worst reading over its target; None when no target has a reading. A target without a
+        reading while another has one counts as met: the one read decides (aggregated: prompts finish
+        their first token long before a stream's tokens settle)."""
+        ratios = [r / self.targets[s] for s, r in readings.items() if r is not None and s in self.targets]
+        return max(ratios) if ratios else None
+
+    def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
+        state = dict(ctx.policy_state)
+        now = ctx.current_time if ctx.current_time is not None else time.time()
+        if now - state.get(READ_AT, -math.inf) >= self.refresh_seconds:
+            state[READING] = self.read(ctx)  # never carried over: a latency is of its window only
+            state[READ_AT] = now
+        pressure = self.pressure(state.get(READING) or {})
+        current, requests = ctx.target_num_replicas, ctx.total_num_requests
+        state[BREACH_LOAD] = breach_load(pressure, requests, current, state)
+        if pressure is not None:  # a breach ends with a reading at or below the target, not a quiet tick
+            state[IN_BREACH] = pressure > 1
+        replicas = decide_on_latency(
+            pressure,
+            requests,
+            current,
+            ctx.current_num_replicas,
+            ctx.capacity_adjusted_min_replicas,
+            ctx.capacity_adjusted_max_replicas,
+            self.band,
+            state.get(BREACH_LOAD),
+        )
+        if replicas != state.get(DECIDED, current):
+            logger.info(
+                "slo autoscaling: %s %s %s -> %s replicas (p95 %s against targets %s: pressure %s; %s "
+                "requests, %s a replica in the last breach)",
+                ctx.deployment_name,
+                "up" if replicas > current else "down" if replicas < current else "holds",
+                current,
+                replicas,
+                state.get(READING),
+                self.targets,
+                pressure,
+                requests,
+                state.get(BREACH_LOAD),
+            )
+        state[DECIDED] = replicas
+        state[PRESSURE] = pressure
         return replicas, state

@@ -21,6 +21,7 @@ import itertools
 from typing import Any
 
 from config import Settings
+from config.autoscaling import ttft_target
 from config.sides import all_side_nodes, split
 from manifests.observability import kv_path as kv
 from manifests.observability.kv_path import KvPathFigures
@@ -140,6 +141,24 @@ def prefix_hit_rate(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     )
 
 
+OFFLOAD_HITS = (
+    " CPU tier: the share of the prompt tokens left after the GPU's prefix cache that the CPU KV tier "
+    "(model.kvOffloadGib) held, vLLM's external_prefix_cache counters on the sides that have the tier."
+)
+
+
+def _offload_hits(settings: Settings) -> list[tuple[str, str]]:
+    """With `model.kvOffloadGib`: vLLM 0.26's connector prefix-cache counters (v1/metrics/loggers.py:
+    608-629), which count the tokens a KV connector offered, on the sides with the tier: prefill (on
+    decode NIXL offers every prompt, so they would read 100 %) or the aggregated deployment."""
+    if not settings.model.kv_offload_gib:
+        return []
+    tier = "LLMServer:.*" if settings.serving.mode == "aggregated" else "Prefill:.*"
+    hits = side_sum("rate", "ray_vllm_external_prefix_cache_hits_total", deployments=tier)
+    queries = side_sum("rate", "ray_vllm_external_prefix_cache_queries_total", deployments=tier)
+    return [(f"{hits} / {queries}", "CPU tier {{deployment}}")]
+
+
 def failed_requests(deployments: str = DEPLOYMENTS["disaggregated"]) -> str:
     """Requests vLLM ended with an error (a KV cache that did not arrive, with kvLoadFailurePolicy fail)."""
     return side_sum("increase", "ray_vllm_request_success_total", ', finished_reason="error"', deployments)
@@ -196,7 +215,21 @@ def _row(panel_id: int, title: str, y: int) -> dict[str, Any]:
 
 def scaling_description(settings: Settings) -> str:
     scaling = settings.autoscaling
-    if scaling.signal == "llm":
+    if scaling.signal == "slo":
+        ttft = ttft_target(scaling, settings.observability.ttft_objective_seconds)
+        itl = scaling.decode.itl_target_seconds
+        sides = (
+            f"the aggregated deployment on both its p95 time to first token ({ttft:g} s) and its p95 "
+            f"inter-token latency ({itl:g} s), whichever is breached"
+            if settings.serving.mode == "aggregated"
+            else f"prefill on its p95 time to first token, target {ttft:g} s; decode on its p95 "
+            f"inter-token latency, target {itl:g} s"
+        )
+        how = (
+            f"The stack's policy (autoscaling.signal: slo) decides: {sides}; one replica at a time, fewer "
+            f"only at or below {scaling.downscale_band:.0%} of a target (the panel beside it)."
+        )
+    elif scaling.signal == "llm":
         how = (
             "The stack's policy (autoscaling.signal: llm) decides: prefill on the prompt tokens it holds, "
             f"{scaling.prefill.target_prompt_tokens} per replica; decode on KV-cache use, "
@@ -214,6 +247,45 @@ def scaling_description(settings: Settings) -> str:
         f"after the delays ({scaling.upscale_delay_seconds:g} s up, {scaling.downscale_delay_seconds:g} s "
         "down); `healthy` what runs. A side that does not scale shows its fixed target only."
     )
+
+
+SLO_PANEL_ID = 52
+SLO_SIDES = {
+    "disaggregated": ("Prefill:.*", "Decode:.*"),
+    "aggregated": ("LLMServer:.*", "LLMServer:.*"),
+}
+"""Whose TTFT and whose inter-token latency the policy reads, per `serving.mode`."""
+TTFT, ITL = "ray_vllm_time_to_first_token_seconds", "ray_vllm_inter_token_latency_seconds"
+
+
+def _latency_targets(settings: Settings) -> list[dict[str, Any]]:
+    """With `autoscaling.signal: slo`: each side's p95 as the policy reads it (from vLLM's buckets, not
+    the mean Ray rebuilds from midpoints) beside its target, in the Scaling row."""
+    scaling = settings.autoscaling
+    if scaling.signal != "slo":
+        return []
+    ttft = ttft_target(scaling, settings.observability.ttft_objective_seconds)
+    itl = scaling.decode.itl_target_seconds
+    first, tokens = SLO_SIDES[settings.serving.mode]
+    return [
+        _panel(
+            SLO_PANEL_ID,
+            "Latency against its target: p95 TTFT, p95 inter-token latency",
+            [
+                (quantile(0.95, TTFT, deployments=first), "TTFT {{deployment}}"),
+                (f"vector({ttft:g})", "TTFT target"),
+                (quantile(0.95, ITL, deployments=tokens), "inter-token {{deployment}}"),
+                (f"vector({itl:g})", "inter-token target"),
+            ],
+            "s",
+            12,
+            46,
+            f"What the policy scales on (autoscaling.signal: slo): above its target a side gets one replica "
+            f"more; at or below {scaling.downscale_band:.0%} of it one fewer, if the fewer would each hold "
+            "fewer requests than one held during the last breach. The quantile comes from vLLM's buckets: "
+            "exact at a bucket bound, interpolated inside a bucket.",
+        )
+    ]
 
 
 def _view(settings: Settings) -> tuple[float, str, str, str, str, str]:
@@ -465,18 +537,21 @@ def _throughput_scaling_routing(settings: Settings) -> list[dict[str, Any]]:
             0,
             46,
             scaling_description(settings),
-            width=24,
+            width=12 if settings.autoscaling.signal == "slo" else 24,
         ),
+        *_latency_targets(settings),
         _row(19, "Routing and KV failures", 54),
         _panel(
             20,
             "Prefix cache hit rate",
-            [(prefix_hit_rate(deployments), "{{deployment}}")],
+            [(prefix_hit_rate(deployments), "{{deployment}}"), *_offload_hits(settings)],
             "percentunit",
             0,
             55,
             "Share of prompt tokens each side found in its own prefix cache, what prefix-affinity routing "
-            "raises (serving.requestRouter). On decode a hit is a block not pulled over NIXL.",
+            "raises (serving.requestRouter). On decode a hit is a block not pulled over NIXL."
+            + OFFLOAD_HITS
+            * bool(settings.model.kv_offload_gib),
         ),
         _panel(
             21,

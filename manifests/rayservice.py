@@ -218,7 +218,7 @@ def serving_namespace_labels() -> dict[str, str]:
 def llm_policy_shipped(settings: Settings, plan: Plan) -> bool:
     """Whether a side scales through jobs/llm_autoscaling.py: Ray imports it where it builds the app,
     which may be the head, so the head mounts the plugins too (only then: its pod stays as it was)."""
-    return settings.autoscaling.signal == "llm" and plan.ray_autoscaling
+    return settings.autoscaling.signal in ("llm", "slo") and plan.ray_autoscaling
 
 
 def policy_scope(settings: Settings, plan: Plan) -> dict[str, str]:
@@ -243,6 +243,7 @@ def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
         serving,
         mode=serving.mode,
         policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
+        ttft_objective=settings.observability.ttft_objective_seconds,
         pinned=plan.split,
     )
 

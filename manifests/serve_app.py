@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from config.autoscaling import AutoscalingConfig as ScalingSettings
-from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
+from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling, ttft_target
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
 from config.serving import ModelConfig, ServingConfig
@@ -63,6 +63,51 @@ class KvTransferConfig(ServeModel):
     failures")."""
 
 
+class OffloadExtraConfig(ServeModel):
+    cpu_bytes_to_use: int = Field(gt=0)
+    """vLLM 0.26 CPUOffloadingSpec: host bytes for the tier, across the worker's TP ranks
+    (vllm/v1/kv_offload/cpu/spec.py:78-99); it refuses none."""
+
+
+class OffloadConnector(ServeModel):
+    """vLLM 0.26's OffloadingConnector: GPU-evicted KV blocks kept in host memory, looked up by prefix."""
+
+    kv_connector: Literal["OffloadingConnector"] = "OffloadingConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_connector_extra_config: OffloadExtraConfig
+
+
+class NixlChild(ServeModel):
+    """NIXL as a MultiConnector child: no engine_id, which vLLM takes from the parent
+    (multi_connector.py:213-231 builds `KVTransferConfig(**child, engine_id=...)`, so a child's own
+    would be a duplicate argument)."""
+
+    kv_connector: Literal["NixlConnector"] = "NixlConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    kv_connector_extra_config: NixlExtraConfig
+
+
+class MultiExtraConfig(ServeModel):
+    connectors: tuple[NixlChild, OffloadConnector]
+    """NIXL first: vLLM loads from the first child that has tokens (multi_connector.py:381-400), and
+    Ray 2.58 takes the P/D protocol from the first (kv_transfer/multi_connector.py `_primary`)."""
+
+
+class MultiKvTransferConfig(ServeModel):
+    """Prefill with a CPU tier (`model.kvOffloadGib`): NIXL and vLLM's OffloadingConnector together.
+    No engine_id: Ray 2.58's MultiConnectorBackend makes NIXL's unique engine_id on a copy of the
+    config only (kv_transfer/multi_connector.py setup, nixl.py), so a rendered one would be shared by
+    every prefill replica; without one vLLM gives each engine a uuid (vllm/config/kv_transfer.py:93-94),
+    which the children inherit."""
+
+    kv_connector: Literal["MultiConnector"] = "MultiConnector"
+    kv_role: Literal["kv_both"] = "kv_both"
+    kv_buffer_device: Literal["cuda", "cpu"]
+    kv_connector_extra_config: MultiExtraConfig
+    kv_load_failure_policy: Literal["recompute", "fail"] | None = None
+
+
 class EngineKwargs(ServeModel):
     # Further vLLM engine arguments (model.extraEngineKwargs) pass through; Ray checks them against
     # vLLM's AsyncEngineArgs when it builds the engine.
@@ -73,8 +118,12 @@ class EngineKwargs(ServeModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enforce_eager: bool
     tensor_parallel_size: int | None = Field(None, ge=1)
-    kv_transfer_config: KvTransferConfig | None = None
+    kv_transfer_config: KvTransferConfig | MultiKvTransferConfig | None = None
     """None: aggregated, each replica keeps its own KV cache."""
+    kv_offloading_size: float | None = Field(None, gt=0)
+    """Aggregated with `model.kvOffloadGib`: vLLM's own CPU tier (GiB), which sets its
+    OffloadingConnector as the one connector (vllm/config/vllm.py:857-889); never beside NIXL."""
+    kv_offloading_backend: Literal["native"] | None = None
 
 
 class CloudMirror(ServeModel):
@@ -202,8 +251,10 @@ class PDArgs(ServeModel):
         )
         if prefill_kv is None or decode_kv is None:
             raise ValueError("prefill and decode each need a kv_transfer_config (build_pd_openai_app)")
-        if prefill_kv.engine_id == decode_kv.engine_id:
-            raise ValueError(f"prefill and decode share the NIXL engine_id {prefill_kv.engine_id!r}")
+        if isinstance(decode_kv, MultiKvTransferConfig):
+            raise ValueError("decode loads every prompt over NIXL: a CPU tier there only stores")
+        if getattr(prefill_kv, "engine_id", None) == getattr(decode_kv, "engine_id", 0):
+            raise ValueError(f"prefill and decode share the NIXL engine_id {decode_kv.engine_id!r}")
         return self
 
 
@@ -254,14 +305,35 @@ NODE_CACHE_CALLBACK = "ray_node_cache:ReuseNodeCache"
 
 LLM_POLICY = "llm_autoscaling:LlmScalingPolicy"
 """jobs/llm_autoscaling.py, on the Ray pods' PYTHONPATH: a side's scaling on the engine's figures."""
+SLO_POLICY = "llm_autoscaling:SloScalingPolicy"
+"""The same module's policy on latency targets (`autoscaling.signal: slo`)."""
 
 
 def llm_policy(
-    side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
+    aggregated: bool = False,
 ) -> AutoscalingPolicy | None:
     """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use.
+    `signal: slo`: prefill on its p95 time to first token, decode on its p95 inter-token latency, an
+    `aggregated` deployment on both (`ttft_objective`: prefill's default target).
     `scope`: the policy's `namespace` and `jobs`, the labels the stack's PodMonitors give the Ray pods'
     series (manifests/rayservice.py `policy_scope`), so its queries read this stack's pods only."""
+    if scaling.signal == "slo":
+        ttft = ttft_target(scaling, ttft_objective or 0.0)
+        targets: dict[str, str | float] = (
+            {"ttft_target": ttft, "itl_target": scaling.decode.itl_target_seconds}
+            if aggregated
+            else {"ttft_target": ttft}
+            if isinstance(side, PrefillScaling)
+            else {"itl_target": scaling.decode.itl_target_seconds}
+        )
+        return AutoscalingPolicy(
+            policy_function=SLO_POLICY,
+            policy_kwargs={**targets, "band": scaling.downscale_band, **(scope or {})},
+        )
     if scaling.signal != "llm":
         return None
     if isinstance(side, PrefillScaling):
@@ -277,10 +349,15 @@ def llm_policy(
 
 
 def _deployment(
-    replicas: int, side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    replicas: int,
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
+    aggregated: bool = False,
 ) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
-    policy = llm_policy(side, scaling, scope)
+    policy = llm_policy(side, scaling, scope, ttft_objective, aggregated)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
@@ -344,6 +421,41 @@ def prefix_router(settings: PrefixRouterConfig) -> RequestRouterConfig:
     )
 
 
+def _kv_transfer(
+    model: ModelConfig, engine_id: str, kv_path: KvPath, offload: bool
+) -> KvTransferConfig | MultiKvTransferConfig:
+    """The side's NIXL connector; with `offload` (prefill, `model.kvOffloadGib`) inside a MultiConnector
+    beside vLLM's OffloadingConnector."""
+    extra = NixlExtraConfig(
+        backends=list(kv_path.backends),
+        kv_lease_duration=None if model.kv_lease_seconds == VLLM_KV_LEASE_SECONDS else model.kv_lease_seconds,
+    )
+    # vLLM 0.26 marks no block of a hybrid model invalid on a failed read, so the policy would change
+    # nothing there but the serve config (and a redeploy for nothing).
+    failure_policy = None if hybrid_layers(model) else model.kv_load_failure_policy
+    if offload and model.kv_offload_gib:
+        return MultiKvTransferConfig(
+            kv_buffer_device=kv_path.buffer_device,
+            kv_connector_extra_config=MultiExtraConfig(
+                connectors=(
+                    NixlChild(kv_buffer_device=kv_path.buffer_device, kv_connector_extra_config=extra),
+                    OffloadConnector(
+                        kv_connector_extra_config=OffloadExtraConfig(
+                            cpu_bytes_to_use=round(model.kv_offload_gib * 2**30)
+                        )
+                    ),
+                )
+            ),
+            kv_load_failure_policy=failure_policy,
+        )
+    return KvTransferConfig(
+        engine_id=engine_id,
+        kv_buffer_device=kv_path.buffer_device,
+        kv_connector_extra_config=extra,
+        kv_load_failure_policy=failure_policy,
+    )
+
+
 def _side(
     model: ModelConfig,
     source: str | CloudMirror,
@@ -352,8 +464,9 @@ def _side(
     kv_path: KvPath | None,
     pinned: bool = False,
 ) -> LLMSide:
-    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated).
-    `pinned`: the side's engine workers run only on its own worker group (`SIDE_RESOURCES`)."""
+    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated). A CPU
+    tier (`model.kvOffloadGib`) on prefill beside NIXL, on an aggregated replica alone. `pinned`: the
+    side's engine workers run only on its own worker group (`SIDE_RESOURCES`)."""
     return LLMSide(
         placement_group_config=PlacementGroupConfig(
             bundle_per_worker=PlacementBundle.model_validate({"GPU": 1, SIDE_RESOURCES[engine_id]: 1})
@@ -370,21 +483,11 @@ def _side(
             gpu_memory_utilization=model.gpu_memory_utilization,
             enforce_eager=model.enforce_eager,
             tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
-            kv_transfer_config=KvTransferConfig(
-                engine_id=engine_id,
-                kv_buffer_device=kv_path.buffer_device,
-                kv_connector_extra_config=NixlExtraConfig(
-                    backends=list(kv_path.backends),
-                    kv_lease_duration=None
-                    if model.kv_lease_seconds == VLLM_KV_LEASE_SECONDS
-                    else model.kv_lease_seconds,
-                ),
-                # vLLM 0.26 marks no block of a hybrid model invalid on a failed read, so the policy
-                # would change nothing there but the serve config (and a redeploy for nothing).
-                kv_load_failure_policy=None if hybrid_layers(model) else model.kv_load_failure_policy,
-            )
+            kv_transfer_config=_kv_transfer(model, engine_id, kv_path, offload=engine_id == "prefill")
             if kv_path
             else None,
+            kv_offloading_size=model.kv_offload_gib if kv_path is None else None,
+            kv_offloading_backend="native" if kv_path is None and model.kv_offload_gib else None,
             **model.extra_engine_kwargs,
         ),
         deployment_config=deployment,
@@ -399,6 +502,7 @@ def _pd_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
     pinned: bool = False,
 ) -> ServeApplication:
     """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL.
@@ -410,7 +514,11 @@ def _pd_application(
                 model,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
+                routed(
+                    _deployment(model.prefill_replicas, scaling.prefill, scaling, scope, ttft_objective),
+                    serving,
+                    model,
+                ),
                 kv_path,
                 pinned,
             ),
@@ -418,7 +526,11 @@ def _pd_application(
                 model,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
+                routed(
+                    _deployment(model.decode_replicas, scaling.decode, scaling, scope, ttft_objective),
+                    serving,
+                    model,
+                ),
                 kv_path,
                 pinned,
             ),
@@ -443,6 +555,7 @@ def _aggregated_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
 ) -> ServeApplication:
     """`build_openai_app`: one deployment, each replica prefilling and decoding its own requests."""
     replicas, side = aggregated_scaling(model, scaling)
@@ -455,7 +568,11 @@ def _aggregated_application(
                     model,
                     source,
                     "",
-                    routed(_deployment(replicas, side, scaling, scope), serving, model),
+                    routed(
+                        _deployment(replicas, side, scaling, scope, ttft_objective, aggregated=True),
+                        serving,
+                        model,
+                    ),
                     None,
                 )
             ]
@@ -472,18 +589,24 @@ def build_serve_config(
     serving: ServingConfig | None = None,
     mode: Literal["disaggregated", "aggregated"] = "disaggregated",
     policy_scope: Mapping[str, str] | None = None,
+    ttft_objective: float | None = None,
     pinned: bool = False,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
     engine kwargs. `mode`: `serving.mode`, which builder's application. `policy_scope`: the LLM-signal
-    policy's pod selectors (`llm_policy`). `pinned`: each side on its own worker group (`SIDE_RESOURCES`)."""
+    policy's pod selectors (`llm_policy`); `ttft_objective`: prefill's TTFT target by default (`slo`).
+    `pinned`: each side on its own worker group (`SIDE_RESOURCES`)."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     application = (
-        _aggregated_application(application_name, model, source, scaling, serving, policy_scope)
+        _aggregated_application(
+            application_name, model, source, scaling, serving, policy_scope, ttft_objective
+        )
         if mode == "aggregated"
-        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope, pinned)
+        else _pd_application(
+            application_name, model, source, kv_path, scaling, serving, policy_scope, ttft_objective, pinned
+        )
     )
     return ServeConfig(applications=[application])

@@ -582,7 +582,7 @@ def _with_kv_plan(metrics: ServingMetrics | None, settings: Settings, stack: str
     from planning import plan_stack
 
     plan = plan_stack(settings, stack=stack)
-    return replace(metrics, plan=KvPathFigures.of(plan, settings.model.tensor_parallel_size))
+    return replace(metrics, plan=KvPathFigures.of(plan))
 
 
 def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:

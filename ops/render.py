@@ -128,9 +128,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
             endpoint.load_balancer.to_dict(),
         ]
     if settings.observability.enabled:
-        observability = build_observability(
-            settings, context, kv=KvPathFigures.of(plan, settings.model.tensor_parallel_size)
-        )
+        observability = build_observability(settings, context, kv=KvPathFigures.of(plan))
         stack = observability.kube_prometheus_stack is not None
         if stack:
             rendered += [observability.namespace, *policies(MONITORING, traffic)]

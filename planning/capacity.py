@@ -159,6 +159,8 @@ class FitReport:
     problems: tuple[str, ...]
     host_kv_gib: float = 0.0
     """Host memory of the worker's KV buffers (kv_buffer_device cpu: a copy of its whole KV cache)."""
+    offload_gib: float = 0.0
+    """Host memory of the worker's CPU tier for the KV cache (model.kvOffloadGib, pinned by vLLM)."""
 
     @property
     def budget_gib(self) -> float:
@@ -176,9 +178,11 @@ class FitReport:
     def summary(self) -> str:
         if self.problems:
             return "model does not fit: " + "; ".join(self.problems)
-        page_cache = self.worker_memory_gib - HOST_OVERHEAD_GIB - self.checkpoint_gib - self.host_kv_gib
+        host = HOST_OVERHEAD_GIB + self.host_kv_gib + self.offload_gib
+        page_cache = self.worker_memory_gib - host - self.checkpoint_gib
         margin = self.budget_gib - self.need_gib
         host_kv = f", {self.host_kv_gib:.1f} GiB of host KV buffers" if self.host_kv_gib else ""
+        host_kv += f", {self.offload_gib:g} GiB of CPU KV tier" if self.offload_gib else ""
         return (
             f"model fits {self.instance.name}: needs {self.need_gib:.1f} GiB of the "
             f"{self.budget_gib:.1f} GiB GPU budget per GPU (margin {margin:.1f} GiB); "
@@ -239,6 +243,7 @@ def fit_report(
         return _with(report, problems)
     if host_kv:
         report = replace(report, host_kv_gib=report.kv_pool_gib * model.tensor_parallel_size)
+    report = replace(report, offload_gib=model.kv_offload_gib or 0.0)
     gpu = f"{spec.name}: {spec.describe_gpu()} x {model.gpu_memory_utilization:.2f}"
     tp = model.tensor_parallel_size
     if weights / tp > report.budget_gib:
@@ -254,15 +259,17 @@ def fit_report(
             f"{report.budget_gib:.1f} GiB budget of {gpu}; "
             "lower maxModelLen, raise gpuMemoryUtilization or tensorParallelSize, or pick a larger GPU"
         )
-    host = HOST_OVERHEAD_GIB + report.host_kv_gib
+    host = HOST_OVERHEAD_GIB + report.host_kv_gib + report.offload_gib
     if resources.memory_gib < checkpoint + host:
         beside = f"{HOST_OVERHEAD_GIB:.0f} GiB of processes" + (
             f" and {report.host_kv_gib:.1f} GiB of host KV buffers" if report.host_kv_gib else ""
         )
+        beside += f" and model.kvOffloadGib {report.offload_gib:g} GiB" if report.offload_gib else ""
+        lower = ", or lower model.kvOffloadGib" if report.offload_gib else ""
         problems.append(
             f"worker memory {resources.memory} leaves no page cache for the {checkpoint:.0f} GiB "
             f"checkpoint next to {beside}; raise serving.worker.memory "
-            f"to at least {math.ceil(checkpoint + host)}Gi"
+            f"to at least {math.ceil(checkpoint + host)}Gi{lower}"
         )
     return _with(report, problems)
 

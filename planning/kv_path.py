@@ -195,6 +195,9 @@ class Crossing:
     tokens: int
     state_bytes: int
     seconds: tuple[float, float] | None
+    ranks: int = 1
+    """The tensor-parallel ranks the KV is split over (each moves its share, in parallel): the ones
+    `kv_bytes` and `state_bytes` are per."""
 
     def summary(self) -> str:
         if self.kv_bytes is None:
@@ -236,12 +239,12 @@ def crossing(model: ModelConfig, floor: TransferFloor, tensor_parallel_size: int
     state = (known.state_bytes_per_sequence if known else 0) // ranks
     tokens = model.max_model_len
     if per_token is None:
-        return Crossing(None, tokens, state, None)
+        return Crossing(None, tokens, state, None, ranks)
     size = per_token * tokens // ranks + state
     if floor.expected_gbytes_s is None:
-        return Crossing(size, tokens, state, None)
+        return Crossing(size, tokens, state, None, ranks)
     low, high = floor.expected_gbytes_s
-    return Crossing(size, tokens, state, (size / (high * 1e9), size / (low * 1e9)))
+    return Crossing(size, tokens, state, (size / (high * 1e9), size / (low * 1e9)), ranks)
 
 
 def hybrid_layers(model: ModelConfig) -> bool:

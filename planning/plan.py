@@ -42,6 +42,7 @@ from planning.kv_path import (
     KvPath,
     TransferFloor,
     crossing,
+    hybrid_layers,
     plan_kv_path,
     plan_kv_path_between,
     prefix_cache,
@@ -49,6 +50,7 @@ from planning.kv_path import (
     transfer_floor,
 )
 from planning.model_cache import ModelCachePlan, plan_model_cache
+from planning.slo import slo_summary
 from planning.system_pods import system_pods, system_pods_total
 from planning.upgrades import UpgradePlan, plan_upgrades
 
@@ -131,6 +133,10 @@ class Plan:
     and decode's plans, and the fields above are prefill's (the KV path and floor the pair's). Empty
     where both share `gpuNodes`."""
 
+    notes: tuple[str, ...] = ()
+    """More lines the preview logs: how the sides scale on latency targets (`autoscaling.signal: slo`),
+    where the CPU tier for the KV cache lives (`model.kvOffloadGib`)."""
+
     @property
     def split(self) -> bool:
         """Whether each side has a GPU node group and a worker group of its own."""
@@ -198,6 +204,7 @@ class Plan:
                 self.fit.summary(),
                 f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
                 "and decoding its own requests; no KV connector, no KV cache crosses nodes",
+                *self.notes,
             )
         return (
             self.hardware_summary(),
@@ -205,6 +212,7 @@ class Plan:
             self.kv_path.summary(),
             self.kv_floor.summary(),
             self.kv_crossing.summary(),
+            *self.notes,
         )
 
 
@@ -280,6 +288,54 @@ def _kv_keys_unused(settings: Settings) -> list[str]:
         "each replica keeps its own KV cache); it applies again when the mode is disaggregated"
         for key in given
     ]
+
+
+def _offload_problems(settings: Settings) -> list[str]:
+    """`model.kvOffloadGib` where no prefix cache is kept: vLLM 0.26's OffloadingConnector finds blocks by
+    their prefix-cache hashes, and for a hybrid model asserts prefix caching to align its block sizes
+    (vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py:50-57); vLLM keeps none by default
+    for a hybrid model such as the default (planning/kv_path.py `prefix_cache`)."""
+    model = settings.model
+    if not model.kv_offload_gib or prefix_cache(model):
+        return []
+    why = (
+        "vLLM 0.26 keeps no prefix cache for a hybrid model unless asked, and its offload connector "
+        "needs one to align the state layers' blocks"
+        if hybrid_layers(model) and "enable_prefix_caching" not in model.extra_engine_kwargs
+        else "model.extraEngineKwargs turns the prefix cache off"
+    )
+    return [
+        f"{PROJECT}:model.kvOffloadGib: a CPU tier is looked up by prefix-cache block hashes, and {why}; "
+        f"set {PROJECT}:model.extraEngineKwargs.enable_prefix_caching: true, or remove kvOffloadGib"
+    ]
+
+
+def _notes(settings: Settings, grows: bool) -> tuple[str, ...]:
+    return tuple(n for n in (slo_summary(settings, grows), offload_summary(settings)) if n)
+
+
+def offload_summary(settings: Settings) -> str | None:
+    """The preview's line on the CPU tier (`model.kvOffloadGib`): where it is, what it holds."""
+    model = settings.model
+    if not model.kv_offload_gib:
+        return None
+    where = (
+        "on each aggregated replica (vLLM's own kv_offloading_size: no NIXL to keep beside it)"
+        if settings.serving.mode == "aggregated"
+        else "on each prefill worker, in a MultiConnector after NIXL; none on decode, which loads every "
+        "prompt from prefill over NIXL (asked first), so a tier there would only store"
+    )
+    kept = (
+        "; hybrid model: vLLM 0.26's offload connector keeps the attention layers' blocks and treats the "
+        "state layers as a window of one chunk (offloading/scheduler.py:102-110): a hit needs the blocks "
+        "up to the prefix and the state at its end, both in the tier"
+        if hybrid_layers(model)
+        else ""
+    )
+    return (
+        f"CPU KV tier (model.kvOffloadGib): {model.kv_offload_gib:g} GiB of pinned host memory {where}; "
+        f"a prompt whose prefix the GPU evicted loads it from there instead of computing it again{kept}"
+    )
 
 
 def _prefix_router_without_cache(settings: Settings) -> list[str]:
@@ -374,7 +430,7 @@ def _worker_problems(settings: Settings, gpu: InstanceType, per_node: int, shm: 
             f"{PROJECT}:serving.worker.shmSize: {shm} of memory-backed /dev/shm counts against "
             f"the worker's memory {memory} and must stay well below it"
         )
-    return problems
+    return problems + _offload_problems(settings)
 
 
 def _head_problems(settings: Settings, system: InstanceType | None) -> list[str]:
@@ -532,8 +588,7 @@ def _plan_shared(
     idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
     if idle_nodes:
         warnings.append(idle_nodes)
-    warnings += _kv_keys_unused(settings)
-    warnings += _prefix_router_without_cache(settings)
+    warnings += _kv_keys_unused(settings) + _prefix_router_without_cache(settings)
     problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
     try:
         upgrade = plan_upgrades(settings, system, capacity, max_workers)
@@ -589,6 +644,7 @@ def _plan_shared(
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
+        notes=_notes(settings, max_workers > workers),
     )
 
 
@@ -704,6 +760,8 @@ def _side_plan(
     side_problems, side_warnings = _side_problems(settings, nodes, gpu, tp, tp_key)
     problems += side_problems
     warnings += side_warnings
+    if nodes.side == "decode":  # the CPU tier is prefill's alone (manifests/serve_app.py `_kv_transfer`)
+        model = model.model_copy(update={"kv_offload_gib": None})
     fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv, tensor_parallel_size=tp)
     where = f"{nodes.side} on {PROJECT}:{nodes.section}.instanceType {gpu.name}"
     if not fit.fits and model.fit_check == "warn":
@@ -811,6 +869,7 @@ def _plan_split(
         context=own_cluster(settings),
         mode=settings.serving.mode,
         sides=tuple(plans),
+        notes=_notes(settings, any(p.max_workers > p.workers for p in plans)),
     )
 
 

@@ -302,7 +302,7 @@ def add_observability(
             reading.settings,
             reading.plan.cluster_context,
             reading.capacity,
-            KvPathFigures.of(reading.plan, reading.settings.model.tensor_parallel_size),
+            KvPathFigures.of(reading.plan),
         ),
         roles=roles,
         kubernetes_version=reading.plan.cluster_context.kubernetes_version,

@@ -5,7 +5,8 @@ dashboard panel stays empty, an alert never fires.
 - vLLM 0.26.0 (Ray 2.58.0's `llm` extra pins it), through Ray Serve LLM's `RayPrometheusStatLogger`:
   `vllm:<name>` becomes `ray_vllm_<name>` (vllm/v1/metrics/ray_wrappers.py sanitizes, Ray's exporter
   prefixes `ray_`), counters get `_total`, histograms `_bucket`, `_sum`, `_count`.
-  Core: vllm/v1/metrics/loggers.py; NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py.
+  Core: vllm/v1/metrics/loggers.py (`external_prefix_cache_*`, a KV connector's hits: 608-629);
+  NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py.
   `request_success` counts finished requests by `finished_reason` (loggers.py:713-723, the strings of
   vllm/v1/engine/__init__.py:30); a request decode ends because its KV cache did not arrive is `error`
   (kv_load_failure_policy `fail`, v1/core/sched/scheduler.py:1868-1873). `nixl_num_failed_transfers`
@@ -25,9 +26,6 @@ dashboard panel stays empty, an alert never fires.
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import promql_parser
 
 from manifests.observability.efa_counters import COUNTERS as EFA_COUNTERS
 
@@ -60,6 +58,8 @@ VLLM_COUNTERS = (
     "request_success",
     "prefix_cache_queries",
     "prefix_cache_hits",
+    "external_prefix_cache_queries",
+    "external_prefix_cache_hits",
     "nixl_num_failed_transfers",
     "nixl_num_failed_notifications",
     "nixl_num_kv_expired_reqs",
@@ -134,25 +134,10 @@ EXPORTED = VLLM | RAY_SERVE | KUBERAY | DCGM | KUBE_STATE_METRICS | NODE_EFA
 RAY_DASHBOARD_GAPS = {"ray_vllm_num_requests_swapped", "ray_vllm_nixl_num_failed_transfers"}
 """Names Ray 2.58's own Serve LLM dashboard queries that vLLM 0.26 through Ray does not export (its
 "Swapped" and "KV Transfer Failures" panels stay empty; manifests/dashboards/ray-2.58.0/PROVENANCE.md)."""
-RAY_DASHBOARD_UNUSED = ("ray_vllm_kv_offload_", "ray_vllm_external_prefix_cache_")
-"""Panels of KV-cache offloading connectors this stack does not run (collapsed in Ray's dashboard)."""
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads (a parse error raises)."""
-    names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
-        if isinstance(selector, promql_parser.VectorSelector):
-            if selector.name:
-                names.add(selector.name)
-            for matcher in selector.matchers.matchers:
-                if matcher.name == "__name__" and matcher.op == promql_parser.MatchOp.Equal:
-                    names.add(matcher.value)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
+RAY_DASHBOARD_UNUSED = ("ray_vllm_kv_offload_",)
+"""Ray's panels of the offloading connector's own figures (collapsed in its dashboard): not read from
+vLLM 0.26's exporter path here, so not claimed. With `model.kvOffloadGib` the PD dashboard reads the
+core `external_prefix_cache_*` counters (exported above) for the CPU tier's hits instead."""
 
 
 def unknown_label_values(query: str) -> set[str]:

@@ -233,7 +233,25 @@ CASES = [
         "signal-typo",
         {"autoscaling": {"signal": "tokens"}},
         "autoscaling.signal",
-        "'requests' or 'llm'",
+        "'requests', 'llm' or 'slo'",
+    ),
+    (
+        "slo-signal-without-prometheus",
+        {"autoscaling": {"signal": "slo"}, "observability": {"enabled": False}},
+        "autoscaling.signal",
+        "slo reads the engines' figures from the stack's Prometheus",
+    ),
+    (
+        "ttft-target-beyond-vllms-buckets",
+        {"autoscaling": {"signal": "slo", "prefill": {"ttftTargetSeconds": 3000}}},
+        "autoscaling.prefill.ttftTargetSeconds",
+        "less than 2560",
+    ),
+    (
+        "itl-target-in-milliseconds",
+        {"autoscaling": {"signal": "slo", "decode": {"itlTargetSeconds": 100}}},
+        "autoscaling.decode.itlTargetSeconds",
+        "less than 80",
     ),
     # The mutation run's survivors.
     (

@@ -18,8 +18,9 @@ from jobs.decode_heal import Decision, Observation, Replica, decide
 from manifests.decode_heal import COMPONENT, SCHEDULE, decode_heal
 from manifests.traffic import MONITORING, SERVING, Stack, policies
 from ops.render import manifests
-from tests.exported_metrics import EXPORTED, metric_names
+from tests.exported_metrics import EXPORTED
 from tests.fakes.pulumi import STACKS, StackRun, plan_of, run_stack, stack_settings
+from tests.promql import metric_names
 from tests.validators import promtool_in
 
 APP = "qwen"

@@ -461,7 +461,7 @@ def test_the_alerts_table_lists_every_alert_the_stack_renders():
     listed = dict(re.findall(r"^\| `(\w+)` \| .* \| (\w+) \|$", table, re.M))
     rendered = {
         r["alert"]: r["labels"]["severity"]
-        for g in alert_rules(stack_settings("dev"), kv=KvPathFigures.of(plan_of("dev"), 1))
+        for g in alert_rules(stack_settings("dev"), kv=KvPathFigures.of(plan_of("dev")))
         for r in g["rules"]
         if "alert" in r
     }

@@ -23,10 +23,11 @@ from manifests.observability.rules import alert_rules
 from manifests.pd_dashboard import pd_dashboard
 from ops.cli import _with_kv_plan
 from ops.status import collect_status
-from tests.exported_metrics import EXPORTED, metric_names, unknown_label_values
+from tests.exported_metrics import EXPORTED, unknown_label_values
 from tests.fakes.kube import healthy_cluster
 from tests.fakes.ops import prometheus_answers, vector
 from tests.fakes.pulumi import STACKS, plan_of, stack_settings
+from tests.promql import metric_names
 from tests.validators import promtool, promtool_in
 
 MINUTES = 30
@@ -34,8 +35,7 @@ MINUTES = 30
 
 @functools.cache
 def figures(stack: str = "dev") -> KvPathFigures:
-    settings = stack_settings(stack)
-    return KvPathFigures.of(plan_of(stack), settings.model.tensor_parallel_size)
+    return KvPathFigures.of(plan_of(stack))
 
 
 def recorded(group: dict[str, Any]) -> set[str]:

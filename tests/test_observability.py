@@ -33,11 +33,12 @@ from tests.exported_metrics import (
     EXPORTED,
     RAY_DASHBOARD_GAPS,
     RAY_DASHBOARD_UNUSED,
-    metric_names,
     unknown_label_values,
 )
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
+from tests.promql import grafana_free as _grafana_free
+from tests.promql import metric_names
 from tests.ray_dashboards import generate
 from tests.validators import crd_package_errors, promtool_in
 
@@ -318,19 +319,6 @@ class TestMonitors:
         del rule["spec"]["groups"][0]["rules"][0]["expr"]
         errors = crd_package_errors([monitor, rule])
         assert all(errors), errors
-
-
-def _grafana_free(expr: str) -> str:
-    """A dashboard query with Grafana's variables replaced, as Grafana sends it to Prometheus."""
-    for variable, value in (
-        ("$__rate_interval", "5m"),
-        ("$__range", "1h"),
-        ("$__interval", "1m"),
-        ("$interval", "1m"),
-    ):
-        expr = expr.replace(variable, value)
-    expr = re.sub(r"\$\{?(\w+)(?::\w+)?\}?", ".*", expr)
-    return expr
 
 
 def _panels(panels: list[dict[str, Any]]):

@@ -393,3 +393,37 @@ class TestOpsAcrossTheSides:
         needed = vcpus_needed(stack_settings(HETERO))
         # g6.8xlarge and g6e.8xlarge: 32 vCPUs each, one of each at maxSize, in the G and VT quota.
         assert max(needed.values()) == 64
+
+
+class TestWithTheOtherKeysOfThisWave:
+    """Issues 51 and 52 on a split stack: the CPU KV tier counted where it lives, the SLO targets in
+    the preview, and the KV path's figures per rank of the side the crossing was planned for."""
+
+    OFFLOAD = {"kvOffloadGib": 8, "extraEngineKwargs": {"enable_prefix_caching": True}}
+
+    def test_the_cpu_tier_is_counted_on_prefills_workers_only(self):
+        plan = plan_stack(stack_settings(HETERO, model=self.OFFLOAD), stack=HETERO)
+        assert plan.side("prefill").fit.offload_gib == 8
+        assert plan.side("decode").fit.offload_gib == 0  # decode renders no tier (serve_app `_kv_transfer`)
+
+    def test_slo_targets_and_the_tier_are_in_the_preview(self):
+        sections = {
+            "autoscaling": {"signal": "slo", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 2}},
+            "prefillNodes": {"maxSize": 2},
+            "decodeNodes": {"maxSize": 2},
+            "model": self.OFFLOAD,
+        }
+        notes = plan_stack(stack_settings(HETERO, **sections), stack=HETERO).notes
+        assert any("ttft" in n.lower() or "time to first token" in n.lower() for n in notes), notes
+        assert any("CPU" in n for n in notes), notes
+
+    def test_the_kv_figures_count_every_rank_of_the_crossing(self):
+        from manifests.observability.kv_path import KvPathFigures
+
+        one = plan_stack(stack_settings(HETERO), stack=HETERO)
+        assert one.kv_crossing.ranks == 1
+        figures = KvPathFigures.of(one)
+        assert figures.bytes_per_token is not None
+        assert figures.bytes_per_token * one.kv_crossing.tokens == pytest.approx(
+            one.kv_crossing.kv_bytes - one.kv_crossing.state_bytes
+        )

@@ -241,6 +241,74 @@ VLLM_KV_TRANSFER_FIELDS = frozenset(
 2026-12-02); its config dataclasses forbid any other (vllm/config/utils.py)."""
 
 
+VLLM_CONNECTORS = frozenset(
+    {
+        *("ExampleConnector", "ExampleHiddenStatesConnector", "LMCacheConnectorV1", "LMCacheMPConnector"),
+        *("NixlConnector", "NixlPullConnector", "NixlPushConnector", "MultiConnector", "MoRIIOConnector"),
+        *("OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector", "MooncakeStoreConnector"),
+        *("FlexKVConnectorV1", "SimpleCPUOffloadConnector"),
+    }
+)
+"""The connector names vLLM 0.26.0's KVConnectorFactory registers (distributed/kv_transfer/kv_connector/
+factory.py:151-240); another name is imported from `kv_connector_module_path`, which we never set."""
+VLLM_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "vllm" / "v0.26.0"
+
+
+@functools.cache
+def vllm_kv_transfer_config() -> Any:
+    """vLLM 0.26.0's KVTransferConfig, vendored (tests/schemas/vllm/v0.26.0/PROVENANCE.md)."""
+    spec = importlib.util.spec_from_file_location("vllm_0_26_kv_transfer", VLLM_SCHEMAS / "kv_transfer.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.KVTransferConfig
+
+
+def vllm_kv_transfer_errors(kv: dict[str, Any]) -> list[str]:
+    """What vLLM 0.26 does with a rendered `kv_transfer_config` before the engine starts: builds its
+    KVTransferConfig (unknown fields, types, kv_role), and for a MultiConnector each child as
+    multi_connector.py:213-231 does, `KVTransferConfig(**child, engine_id=parent's)`; the connector names
+    the factory knows; OffloadingConnector's CPU spec's own checks."""
+    from pydantic import ValidationError
+
+    config_class = vllm_kv_transfer_config()
+    problems: list[str] = []
+    try:
+        parent = config_class(**kv)
+    except (ValidationError, ValueError, TypeError) as error:
+        return [f"KVTransferConfig: {error}"]
+    if parent.kv_connector not in VLLM_CONNECTORS:
+        problems.append(f"kv_connector {parent.kv_connector!r} is not one vLLM 0.26 registers")
+    if parent.kv_connector != "MultiConnector":
+        return problems
+    children = parent.kv_connector_extra_config.get("connectors") or []
+    if not children:
+        problems.append("MultiConnector: no connectors")
+    for i, child in enumerate(children):
+        try:
+            built = config_class(**child, engine_id=parent.engine_id)
+        except (ValidationError, ValueError, TypeError) as error:
+            problems.append(f"connectors[{i}]: {error}")
+            continue
+        if built.kv_connector not in VLLM_CONNECTORS or built.kv_connector == "MultiConnector":
+            problems.append(f"connectors[{i}]: {built.kv_connector!r} cannot be a MultiConnector child")
+        extra = built.kv_connector_extra_config
+        if built.kv_connector == "OffloadingConnector":
+            if not extra.get("cpu_bytes_to_use"):
+                problems.append(f"connectors[{i}]: cpu_bytes_to_use must be specified (cpu/spec.py:78-82)")
+            if "block_size" in extra and "blocks_per_chunk" in extra:
+                problems.append(f"connectors[{i}]: only one of block_size and blocks_per_chunk")
+    return problems
+
+
+def nixl_config(kv: dict[str, Any]) -> dict[str, Any]:
+    """The NIXL connector's own config: the side's, or its MultiConnector child's."""
+    if kv.get("kv_connector") != "MultiConnector":
+        return kv
+    children = (kv.get("kv_connector_extra_config") or {}).get("connectors") or []
+    return next((c for c in children if c.get("kv_connector") == "NixlConnector"), {})
+
+
 def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
     """The rules build_pd_openai_app applies (PDServingArgs' validators), plus ours: NIXL over EFA."""
     allowed = pd_serving_args_fields() - DEPRECATED_PD_FIELDS
@@ -268,13 +336,16 @@ def pd_rule_errors(serve_config: dict[str, Any]) -> list[str]:
                 problems.append(
                     f"{side}: kv_transfer_config {unknown} are not vLLM 0.26 KVTransferConfig fields"
                 )
-            if kv.get("kv_buffer_device") not in ("cuda", "cpu"):
-                problems.append(f"{side}: kv_buffer_device {kv.get('kv_buffer_device')!r} is not cuda or cpu")
+            problems += [f"{side}: {p}" for p in vllm_kv_transfer_errors(kv)]
+            nixl = nixl_config(kv)
+            device = nixl.get("kv_buffer_device")
+            if device not in ("cuda", "cpu"):
+                problems.append(f"{side}: kv_buffer_device {device!r} is not cuda or cpu")
             policy = kv.get("kv_load_failure_policy", "fail")
             if policy not in ("recompute", "fail"):
                 # vLLM 0.26.0 vllm/config/kv_transfer.py:69, a Literal its dataclass enforces
                 problems.append(f"{side}: kv_load_failure_policy {policy!r} is not recompute or fail")
-            backends = (kv.get("kv_connector_extra_config") or {}).get("backends") or []
+            backends = (nixl.get("kv_connector_extra_config") or {}).get("backends") or []
             if not backends or not set(backends) <= {"LIBFABRIC", "UCX"}:
                 problems.append(f"{side}: NIXL backends {backends} are not LIBFABRIC and/or UCX")
             problems += request_router_errors(side, config.get("deployment_config") or {})

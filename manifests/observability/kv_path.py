@@ -94,13 +94,13 @@ class KvPathFigures:
     disaggregated: manifests/observability/efa_counters.py)."""
 
     @classmethod
-    def of(cls, plan: Plan, tensor_parallel_size: int) -> KvPathFigures:
-        """From the plan's own figures (planning/kv_path.py's `KvPath`, `TransferFloor`, `Crossing`)."""
+    def of(cls, plan: Plan) -> KvPathFigures:
+        """From the plan's own figures (planning/kv_path.py's `KvPath`, `TransferFloor`, `Crossing`, whose
+        bytes are per tensor-parallel rank of the side the crossing was planned for)."""
         crossing = plan.kv_crossing
         per_token = None
         if crossing.kv_bytes is not None and crossing.tokens:
-            ranks = max(tensor_parallel_size, 1)
-            per_token = (crossing.kv_bytes - crossing.state_bytes) * ranks / crossing.tokens
+            per_token = (crossing.kv_bytes - crossing.state_bytes) * crossing.ranks / crossing.tokens
         return cls(
             mechanism=plan.kv_path.mechanism,
             over_efa=plan.kv_path.over_efa,

@@ -24,6 +24,11 @@ What it keeps of the real thing:
   that one (`local_compute`; nixl/base_scheduler.py:334-339), or computes it all when no KV arrives
   (`kv: recompute`); prefill and aggregated replicas compute every prompt token.
 
+With `latency_follows_load: true` on a side (the SLO test sets it), its latency follows its load: prompts
+computed together share the engine (each n times as long), and a decode step with n requests decoding
+takes n/2 times as long; vLLM's TTFT and inter-token-latency histograms (its buckets) observe them.
+Otherwise times are fixed, as the LLM-signal tests expect.
+
 What it does not keep: no GPU, no model, no KV cache and no NIXL. A request "holds" prompt plus
 generated tokens of a fixed KV capacity while it runs for a time its size sets; the KV/NIXL failure
 counters move when a request asks for it (`fail`), which is where vLLM counts them, but nothing is
@@ -67,6 +72,13 @@ STATE_BYTES = 24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
 """Qwen3.5-9B (planning/capacity.py): 8 attention layers' KV per token, and 24 Gated DeltaNet layers'
 state per sequence, which a transfer carries too."""
 BLOCK_TOKENS = 16
+ITL_BUCKETS = [
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0),
+    *(20.0, 40.0, 80.0),
+]
+"""vllm/v1/metrics/loggers.py `vllm:inter_token_latency_seconds` at 0.26.0."""
+LOADED_DECODE_STEP_SECONDS = 0.05
+"""With `latency_follows_load`: a decode step alone; with n requests decoding, n/2 times as long."""
 FAILURES = {
     "transfer": "vllm_nixl_num_failed_transfers",
     "notification": "vllm_nixl_num_failed_notifications",
@@ -108,7 +120,7 @@ class Completion:
 class Engine:
     """vLLM 0.26's metrics, on its schedule, for one engine (engine index 0)."""
 
-    def __init__(self, model_id: str, max_model_len: int) -> None:
+    def __init__(self, model_id: str, max_model_len: int, latency_follows_load: bool = False) -> None:
         tags = ("model_name", "engine", "ReplicaId")
         self.tags = {
             "model_name": model_id,
@@ -141,6 +153,12 @@ class Engine:
         self.ttft = metrics.Histogram(
             "vllm_time_to_first_token_seconds", "", boundaries=TTFT_BUCKETS, tag_keys=tags
         )
+        self.itl = metrics.Histogram(
+            "vllm_inter_token_latency_seconds", "", boundaries=ITL_BUCKETS, tag_keys=tags
+        )
+        self.latency_follows_load = latency_follows_load
+        self.prefilling = 0
+        self.decoding = 0
         self.held: dict[int, int] = {}
         self.stepping: asyncio.Task[None] | None = None
 
@@ -188,7 +206,12 @@ class Engine:
         if self.stepping is None:
             self.stepping = asyncio.get_running_loop().create_task(self._steps())
         try:
-            await asyncio.sleep(request.prompt_tokens * PREFILL_SECONDS_PER_TOKEN if prefill else 0)
+            # With latency_follows_load, prompts being computed together share the engine: each takes
+            # as many times as long as there are of them (a compute-bound prefill).
+            self.prefilling += prefill
+            share = self.prefilling if self.latency_follows_load else 1
+            await asyncio.sleep(request.prompt_tokens * PREFILL_SECONDS_PER_TOKEN * share if prefill else 0)
+            self.prefilling -= prefill
             if prefill:
                 self._inc(self.by_source, request.prompt_tokens, source="local_compute")
             else:
@@ -201,9 +224,20 @@ class Engine:
                 self._inc(self.success, 1, finished_reason="error")
                 return {"error": "KV load failed"}
             tokens = request.max_tokens if decode else 1
-            for _ in range(tokens):
-                await asyncio.sleep(DECODE_STEP_SECONDS)
-                self.held[key] += 1
+            self.decoding += 1
+            try:
+                for index in range(tokens):
+                    step = (
+                        LOADED_DECODE_STEP_SECONDS * max(1.0, self.decoding / 2)
+                        if self.latency_follows_load
+                        else DECODE_STEP_SECONDS
+                    )
+                    await asyncio.sleep(step)
+                    self.held[key] += 1
+                    if index:  # vLLM: the time between a request's tokens, from its second on
+                        self.itl.observe(step, tags=self.tags)
+            finally:
+                self.decoding -= 1
             self._inc(self.generation_tokens, tokens)
             self._inc(self.success, 1, finished_reason="length")
             self.prompt_histogram.observe(request.prompt_tokens, tags=self.tags)
@@ -217,7 +251,9 @@ class StandInServer:
 
     def __init__(self, llm_config: dict[str, Any], prefill_server: Any = None) -> None:
         self.engine = Engine(
-            llm_config["model_loading_config"]["model_id"], llm_config["engine_kwargs"]["max_model_len"]
+            llm_config["model_loading_config"]["model_id"],
+            llm_config["engine_kwargs"]["max_model_len"],
+            llm_config.get("latency_follows_load", False),
         )
         self.prefill = prefill_server
 

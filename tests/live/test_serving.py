@@ -6,10 +6,12 @@ shortened so a scale-up and a scale-down fit in seconds, and Serve's default rou
 renders Ray Serve LLM's prefix router (which imports vLLM).
 
 Checked through Ray's and Prometheus's own APIs: each side of each mode scales up under load and back to
-its minimum once idle; each KV/NIXL failure alert fires on the first failure of a fresh worker; the
-readiness Job's check passes against the live dashboard (and refuses a wrong token); the policy logs a
-line per decision. What needs a GPU and vLLM (real KV-cache figures, NIXL transfers, the prefix cache)
-is not here: docs/design.md, "What the live tier proves".
+its minimum once idle; with `autoscaling.signal: slo` each side scales up on its own breached latency
+target and back down when it is met with room (the stand-in's latency following its load); each KV/NIXL
+failure alert fires on the first failure of a fresh worker; the readiness Job's check passes against the
+live dashboard (and refuses a wrong token); the policy logs a line per decision. What needs a GPU and
+vLLM (real KV-cache figures, NIXL transfers, the prefix cache) is not here: docs/design.md, "What the
+live tier proves".
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from jobs import decode_heal, serve_ready
 from jobs.llm_autoscaling import mean_prompt_tokens_query
 from manifests.decode_heal import MONITORS
 from manifests.observability import kv_path
-from tests.fakes.pulumi import StackRun
+from tests.fakes.pulumi import StackRun, run_stack
 from tests.live.conftest import (
     CLUSTER,
     HOST,
+    LIVE_OVERRIDES,
     LivePrometheus,
     LiveRay,
     live_stack_for,
@@ -96,8 +99,8 @@ class Deployed:
         return {d: self.ray.running_replicas(self.name, d) for d in self.deployments}
 
 
-def deploy(ray: LiveRay, stack: str) -> Deployed:
-    applications = live_applications(live_stack_for(stack))
+def deploy(ray: LiveRay, stack: str, applications: list[dict[str, Any]] | None = None) -> Deployed:
+    applications = applications or live_applications(live_stack_for(stack))
     ray.deploy(applications)
     (app,) = applications
     args = app["args"]
@@ -133,9 +136,16 @@ class Load:
     """`CLIENTS` clients, each sending 2048-token prompts for 10 to 30 tokens back to back, started apart
     and with lengths of their own so the engines hold a steady load, not waves, until stopped."""
 
-    def __init__(self, app: Deployed) -> None:
+    def __init__(
+        self,
+        app: Deployed,
+        clients: int = CLIENTS,
+        prompt_tokens: int = 2048,
+        tokens: tuple[int, int] = (10, 30),
+    ) -> None:
         self.app, self.stop, self.errors = app, threading.Event(), []
-        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(CLIENTS)]
+        self.prompt_tokens, self.tokens = prompt_tokens, tokens
+        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(clients)]
 
     def client(self, index: int) -> None:
         lengths = random.Random(index)
@@ -143,9 +153,9 @@ class Load:
             return
         sent = 0
         while not self.stop.is_set():
-            body = {"prompt": f"client {index} request {sent}", "prompt_tokens": 2048}
+            body = {"prompt": f"client {index} request {sent}", "prompt_tokens": self.prompt_tokens}
             try:
-                self.app.post({**body, "max_tokens": lengths.randint(10, 30)})
+                self.app.post({**body, "max_tokens": lengths.randint(*self.tokens)})
             except OSError as error:
                 self.errors.append(error)
             sent += 1
@@ -401,3 +411,66 @@ def test_decode_heals_itself_once_after_a_prefill_restart(
     assert decode_heal.run(env, prometheus.query, restart, events.append, said.append) == 0
     assert len(submitted) == 1 and len(events) == 1
     assert said[-1].startswith("decode-heal: no restart"), said[-1]
+
+
+SLO_OVERRIDES: dict[str, dict[str, Any]] = {
+    **LIVE_OVERRIDES,
+    "autoscaling": {
+        **LIVE_OVERRIDES["autoscaling"],
+        "signal": "slo",
+        "prefill": {"maxReplicas": 2, "ttftTargetSeconds": 1.0},
+        "decode": {"maxReplicas": 2, "itlTargetSeconds": 0.15},
+    },
+}
+"""Targets on vLLM's bucket bounds, where the p95 is judged exactly, that the stand-in's latency crosses."""
+SLO_WINDOW = "10s"
+"""The quantile's range here (2m as rendered): a phase's samples leave it within seconds."""
+
+
+@pytest.fixture(scope="module")
+def slo(aggregated: Deployed, ray_head: LiveRay) -> Deployed:
+    """Dev's stack file with `signal: slo`, switched in place after the other modes, the stand-in's
+    latency following its load on each side."""
+    applications = live_applications(run_stack(overrides=SLO_OVERRIDES))
+    for side in (applications[0]["args"]["prefill_config"], applications[0]["args"]["decode_config"]):
+        side["latency_follows_load"] = True
+        side["deployment_config"]["autoscaling_config"]["policy"]["policy_kwargs"]["window"] = SLO_WINDOW
+    return deploy(ray_head, "dev", applications)
+
+
+def test_slo_each_side_scales_up_on_its_breached_target_and_down_when_met_with_room(slo: Deployed):
+    """Prefill on its p95 time to first token (target 1 s), decode on its p95 inter-token latency (0.15 s):
+
+    - 8 clients of 512-token prompts for one token each: the prompts share prefill's engine (p95 TTFT
+      about 3 s): prefill to 2; decode, which sees no inter-token latency (one token), stays at 1;
+    - 2 clients of 256-token prompts: TTFT about 0.2-0.4 s, below 0.8 x 1 s, and one replica would hold
+      fewer requests than each held at the breach: prefill back to 1 while it still serves;
+    - 16 clients of 16-token prompts for 20-30 tokens each: decode steps slow down with the requests
+      decoding together (p95 about 0.4 s a token): decode to 2;
+    - idle: both back to 1."""
+    prefill, decode = slo.deployments
+
+    def said() -> str:
+        lines = re.findall(r"slo autoscaling: .*", slo.ray.controller_log())
+        return f"{slo.replicas()}; the policy said: {lines[-8:]}"
+
+    assert slo.replicas() == slo.minimum
+    with Load(slo, clients=8, prompt_tokens=512, tokens=(1, 1)) as load:
+        wait_for("prefill scaled up on its TTFT", lambda: slo.replicas()[prefill] == 2, UP_SECONDS,
+                 describe=said)  # fmt: skip
+        assert slo.replicas()[decode] == 1
+    assert not load.errors
+    with Load(slo, clients=2, prompt_tokens=256, tokens=(1, 1)) as load:
+        wait_for("prefill back to 1 under light load", lambda: slo.replicas()[prefill] == 1, DOWN_SECONDS,
+                 describe=said)  # fmt: skip
+    assert not load.errors
+    log = slo.ray.controller_log()
+    pattern = rf"slo autoscaling: {re.escape(prefill)} down 2 -> 1 .*pressure ([\d.]+); ([\d.]+) requests"
+    downs = re.findall(pattern, log)
+    assert any(float(p) <= 0.8 and float(r) > 0 for p, r in downs), downs  # met with room, not idle
+    with Load(slo, clients=16, prompt_tokens=16, tokens=(20, 30)) as load:
+        wait_for("decode scaled up on its inter-token latency", lambda: slo.replicas()[decode] == 2,
+                 UP_SECONDS, describe=said)  # fmt: skip
+    assert not load.errors
+    wait_for("both sides back to 1 once idle", lambda: slo.replicas() == slo.minimum, DOWN_SECONDS,
+             describe=said)  # fmt: skip
