@@ -54,10 +54,18 @@ from manifests.observability.monitors import head_metrics_ports, pod_monitors
 from manifests.prepull import prepull_daemon_set
 from manifests.ray_auth import RAY_AUTH_SECRET
 from manifests.readiness import serve_ready_check
-from manifests.serve_app import LLM_POLICY, PREFIX_ROUTER, ServeConfig, build_serve_config, routes_by_prefix
+from manifests.serve_app import (
+    LLM_POLICY,
+    PREFIX_ROUTER,
+    SIDE_RESOURCE,
+    ServeConfig,
+    build_serve_config,
+    routes_by_prefix,
+)
 from planning import Plan
 from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
+from planning.plan import SidePods
 
 HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
@@ -87,6 +95,10 @@ class WorkerGroupSpec(K8sModel):
     replicas: int = Field(ge=0)
     min_replicas: int = Field(ge=0)
     max_replicas: int = Field(ge=0)
+    resources: dict[str, str] | None = None
+    """Ray resources the group's pods offer beyond their CPUs and GPUs (KubeRay 1.7 passes them to
+    `ray start --resources`, raycluster_types.go:464-468, pod.go:1649-1685; Ray's autoscaler reads them,
+    autoscaling_config.py `_get_custom_resources`)."""
     ray_start_params: dict[str, str]
     template: PodTemplate
 
@@ -398,10 +410,13 @@ def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
     return env
 
 
-def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
-    """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache."""
-    worker_size = plan.worker
-    tp = settings.model.tensor_parallel_size
+def _worker_pod(settings: Settings, plan: Plan, pods: SidePods | None = None) -> PodSpec:
+    """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache.
+    `pods`: one side's, where the sides' pods differ (`Plan.split_workers`); else both sides'."""
+    worker_size = pods.worker if pods else plan.worker
+    tp = pods.tensor_parallel_size if pods else settings.model.tensor_parallel_size
+    efa = pods.efa_per_worker if pods else plan.efa_per_worker
+    shm = pods.shm_size if pods else plan.shm_size
     where = placement(settings)
     image = plan.image
     env = _worker_env(settings, plan)
@@ -409,7 +424,7 @@ def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
         "cpu": worker_size.cpu,
         "memory": worker_size.memory,
         GPU_RESOURCE: str(tp),
-        EFA_RESOURCE: str(plan.efa_per_worker),
+        EFA_RESOURCE: str(efa),
     }
     tolerations = tolerations_of([where.gpu_toleration]) if settings.gpu_nodes.taint else None
     return PodSpec(
@@ -442,7 +457,7 @@ def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
         volumes=[
             Volume(
                 name="dshm",
-                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=plan.shm_size),
+                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=shm),
             ),
             # On the node's disk, not the pod's: the weights are downloaded once per node, not per pod.
             Volume(
@@ -454,14 +469,55 @@ def _worker_pod(settings: Settings, plan: Plan) -> PodSpec:
     )
 
 
+def _worker_group(
+    name: str,
+    workers: int,
+    most: int,
+    tp: int,
+    pod: PodSpec,
+    resources: dict[str, str] | None = None,
+) -> WorkerGroupSpec:
+    return WorkerGroupSpec(
+        group_name=name,
+        replicas=workers,
+        min_replicas=workers,
+        max_replicas=most,
+        resources=resources,
+        ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
+        template=PodTemplate(
+            # Cluster Autoscaler never drains a node from under a serving worker; Ray's
+            # autoscaler removes idle workers first, and then the node is empty.
+            metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
+            spec=pod,
+        ),
+    )
+
+
+def worker_groups(settings: Settings, plan: Plan) -> list[WorkerGroupSpec]:
+    """One group for both sides where their pods are alike; else one per side (`<side>-workers`), sized
+    by the side's tensor-parallel size, offering the side's slot resource that its placement bundles
+    take (manifests/serve_app.py `side_placement`), so no replica lands on the other side's pods."""
+    if not plan.split_workers:
+        tp = settings.model.tensor_parallel_size
+        pod = _worker_pod(settings, plan)
+        return [_worker_group("gpu-workers", plan.gpu_workers, plan.max_gpu_workers, tp, pod)]
+    return [
+        _worker_group(
+            f"{pods.side}-workers",
+            pods.workers,
+            pods.max_workers,
+            pods.tensor_parallel_size,
+            _worker_pod(settings, plan, pods),
+            {SIDE_RESOURCE[pods.side]: str(pods.tensor_parallel_size)},
+        )
+        for pods in plan.side_pods
+    ]
+
+
 def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     serving = settings.serving
-    tp = settings.model.tensor_parallel_size
     serve_config = serve_config_of(settings, plan)
     head_pod = _head_pod(settings, plan)
-    worker_pod = _worker_pod(settings, plan)
-
-    workers, most = plan.gpu_workers, plan.max_gpu_workers
     autoscaler = requests.RAY_AUTOSCALER
     return RayServiceManifest(
         metadata=ObjectMeta(
@@ -494,21 +550,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     },
                     template=PodTemplate(spec=head_pod),
                 ),
-                worker_group_specs=[
-                    WorkerGroupSpec(
-                        group_name="gpu-workers",
-                        replicas=workers,
-                        min_replicas=workers,
-                        max_replicas=most,
-                        ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
-                        template=PodTemplate(
-                            # Cluster Autoscaler never drains a node from under a serving worker; Ray's
-                            # autoscaler removes idle workers first, and then the node is empty.
-                            metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
-                            spec=worker_pod,
-                        ),
-                    )
-                ],
+                worker_group_specs=worker_groups(settings, plan),
             ),
         ),
     )

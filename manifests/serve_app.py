@@ -26,7 +26,7 @@ from config.autoscaling import AutoscalingConfig as ScalingSettings
 from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
-from config.serving import ModelConfig, ServingConfig
+from config.serving import ModelConfig, ServingConfig, Side
 from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -69,6 +69,8 @@ class EngineKwargs(ServeModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enforce_eager: bool
     tensor_parallel_size: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
     kv_transfer_config: KvTransferConfig | None = None
     """None: aggregated, each replica keeps its own KV cache."""
 
@@ -155,11 +157,37 @@ class CallbackConfig(ServeModel):
     callback_class: str = Field(pattern=r"^[\w.]+:\w+$")
 
 
+class PlacementGroupConfig(ServeModel):
+    """Ray Serve LLM's `placement_group_config` (ray/llm/_internal/common/placement.py:47): one bundle
+    per GPU of the replica (`bundle_per_worker`, repeated tensor_parallel_size times), all on one node."""
+
+    bundle_per_worker: dict[str, int]
+    strategy: Literal["STRICT_PACK"] = "STRICT_PACK"
+
+
 class LLMSide(ServeModel):
     model_loading_config: ModelLoadingConfig
     engine_kwargs: EngineKwargs
     deployment_config: DeploymentConfig
     callback_config: CallbackConfig | None = None
+    placement_group_config: PlacementGroupConfig | None = None
+    """None: Ray Serve LLM's default, `tensor_parallel_size` bundles of one GPU, PACK (best effort on
+    one node), on any worker: the sides' pods are all alike."""
+
+
+SIDE_RESOURCE = {"prefill": "pd_prefill_slot", "decode": "pd_decode_slot"}
+"""The Ray resource each side's worker group offers, one per GPU, and each of the side's placement
+bundles takes with its GPU: a replica then lands only on its own side's pods (`side_placement`). Not
+ending in `gpu`: KubeRay reads any group resource whose name ends in "gpu" as the GPU count
+(ray-operator/controllers/ray/utils/resources.go:8-12, `IsGPUResourceKey`, v1.7.0)."""
+
+
+def side_placement(side: Side) -> PlacementGroupConfig:
+    """Where the sides' pods differ (manifests/rayservice.py gives each side a worker group of its
+    own): each bundle takes a GPU and one of the side's slots, and STRICT_PACK keeps a replica's bundles
+    on one pod. Without the slot, a prefill bundle of one GPU could take a GPU of a decode pod (PACK or
+    not), and decode's replica would then wait for a pod the node group may not have room for."""
+    return PlacementGroupConfig(bundle_per_worker={"GPU": 1, SIDE_RESOURCE[side]: 1})
 
 
 class PDArgs(ServeModel):
@@ -328,9 +356,12 @@ def _side(
     engine_id: str,
     deployment: DeploymentConfig,
     kv_path: KvPath | None,
+    placement: PlacementGroupConfig | None = None,
 ) -> LLMSide:
-    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated)."""
+    """`model`: the side's engine (`ModelConfig.side`). `engine_id` and `kv_path`: the side's NIXL
+    connector; `kv_path` None: none (aggregated). `placement`: the side's own workers (`side_placement`)."""
     return LLMSide(
+        placement_group_config=placement,
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
         else None,
@@ -341,6 +372,8 @@ def _side(
             gpu_memory_utilization=model.gpu_memory_utilization,
             enforce_eager=model.enforce_eager,
             tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
             kv_transfer_config=KvTransferConfig(
                 engine_id=engine_id,
                 kv_buffer_device=kv_path.buffer_device,
@@ -371,23 +404,30 @@ def _pd_application(
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
 ) -> ServeApplication:
-    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL."""
+    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL, each
+    with its own engine settings (`ModelConfig.side`)."""
+    prefill, decode = model.side("prefill"), model.side("decode")
+    own_workers = model.split_tensor_parallel
     return ServeApplication(
         name=name,
         args=PDArgs(
             prefill_config=_side(
-                model,
+                prefill,
                 source,
                 "prefill",
-                routed(_deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, model),
+                routed(
+                    _deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, prefill
+                ),
                 kv_path,
+                side_placement("prefill") if own_workers else None,
             ),
             decode_config=_side(
-                model,
+                decode,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, model),
+                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, decode),
                 kv_path,
+                side_placement("decode") if own_workers else None,
             ),
         ),
     )

@@ -17,6 +17,7 @@ from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
+from config.serving import SIDES, ModelConfig, Side
 from planning.arns import check_arns
 from planning.capacity import (
     GIB,
@@ -47,7 +48,27 @@ from planning.kv_path import (
 )
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.system_pods import system_pods, system_pods_total
+from planning.tensor_parallel import tensor_parallel_problems, tensor_parallel_warnings
 from planning.upgrades import UpgradePlan, plan_upgrades
+
+
+@dataclass(frozen=True)
+class SidePods:
+    """One side's GPU worker pods, by its own tensor-parallel size (`ModelConfig.side`)."""
+
+    side: Side
+    tensor_parallel_size: int
+    pods_per_node: int
+    """This side's worker pods one GPU node hosts (GPUs / its tensorParallelSize, at most one per EFA
+    interface)."""
+    workers: int
+    """This side's replicas at least, one pod each."""
+    max_workers: int
+    """This side's replicas at most, when Serve scales it up."""
+    worker: WorkerResources
+    efa_per_worker: int
+    shm_size: str
+    fit: FitReport
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,19 @@ class Plan:
     """What preview should say but not refuse."""
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
+    side_pods: tuple[SidePods, ...] = ()
+    """Prefill's and decode's worker pods, each by its own tensor-parallel size. Where the two sizes
+    are the same (always with `serving.mode: aggregated`), `gpu_pods_per_node`, `worker`,
+    `efa_per_worker`, `shm_size` and `fit` above describe both sides' pods; otherwise they are decode's,
+    and each side has a KubeRay worker group of its own (`split_workers`)."""
+
+    def side(self, side: Side) -> SidePods:
+        return next(p for p in self.side_pods if p.side == side)
+
+    @property
+    def split_workers(self) -> bool:
+        """Whether prefill and decode run in worker groups of their own (their pods differ)."""
+        return len({p.tensor_parallel_size for p in self.side_pods}) > 1
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -108,26 +142,42 @@ class Plan:
     def hardware_summary(self) -> str:
         """What each GPU node and worker gets, for the preview log."""
         gpu, tp = self.gpu, self.fit.tensor_parallel_size
-        return (
+        node = (
             f"{gpu.name} (per {gpu.origin}): {gpu.vcpu} vCPU, {gpu.memory_gib} GiB, {gpu.gpus} x "
             f"{gpu.gpu_model} {gpu.gpu_memory_gib:g} GiB, {gpu.efa_interfaces} EFA, GPUDirect RDMA "
-            f"{'yes' if gpu.gpudirect_rdma else 'no'}; {self.gpu_pods_per_node} worker(s) per node, each "
+            f"{'yes' if gpu.gpudirect_rdma else 'no'}; "
+        )
+        if self.split_workers:
+            return node + "; ".join(
+                f"{p.side}: {p.pods_per_node} worker(s) per node, each {p.tensor_parallel_size} GPU, "
+                f"{p.efa_per_worker} EFA, {p.worker.cpu} CPU, {p.worker.memory} memory, /dev/shm {p.shm_size}"
+                for p in self.side_pods
+            )
+        return node + (
+            f"{self.gpu_pods_per_node} worker(s) per node, each "
             f"{tp} GPU, {self.efa_per_worker} EFA, {self.worker.cpu} CPU, {self.worker.memory} memory, "
             f"/dev/shm {self.shm_size}"
         )
+
+    def fit_summaries(self) -> tuple[str, ...]:
+        """The fit check's line, one per side where the sides' engines differ."""
+        fits = {p.fit for p in self.side_pods}
+        if len(fits) <= 1:
+            return (self.fit.summary(),)
+        return tuple(f"{p.side}: {p.fit.summary()}" for p in self.side_pods)
 
     def summaries(self) -> tuple[str, ...]:
         """What the preview logs about the hardware, the fit and the KV path."""
         if self.mode == "aggregated":
             return (
                 self.hardware_summary(),
-                self.fit.summary(),
+                *self.fit_summaries(),
                 f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
                 "and decoding its own requests; no KV connector, no KV cache crosses nodes",
             )
         return (
             self.hardware_summary(),
-            self.fit.summary(),
+            *self.fit_summaries(),
             self.kv_path.summary(),
             self.kv_floor.summary(),
             self.kv_crossing.summary(),
@@ -159,9 +209,8 @@ def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[Instance
     raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; catalogued: {allowed}"])
 
 
-def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
+def _idle_gpus(settings: Settings, gpu: InstanceType, tp: int) -> tuple[str, str] | None:
     """(what sits idle, with the numbers; what would use it), or None when every GPU works."""
-    tp = settings.model.tensor_parallel_size
     idle = idle_gpus(gpu, tp)
     if not idle:
         return None
@@ -240,13 +289,14 @@ def _prefix_router_without_cache(settings: Settings) -> list[str]:
     ]
 
 
-def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_workers: int) -> str | None:
+def _idle_nodes(
+    settings: Settings, gpu: InstanceType, per_node: int, max_workers: int, tp: int
+) -> str | None:
     """The warning when the GPU workers, at their most (maximum replicas x tensorParallelSize), use
     fewer GPUs than the GPU nodes at desiredSize hold, with what to set; None when they can use them
     all, or when no GPU node runs (parked, or desiredSize 0). GPUs a node's EFA interfaces leave idle
     are `_idle_gpus`'."""
     nodes = 0 if settings.autoscaling.parked else settings.gpu_nodes.desired_size
-    tp = settings.model.tensor_parallel_size
     if not nodes or not per_node or max_workers >= nodes * per_node:
         return None
     used, held = max_workers * tp, nodes * gpu.gpus
@@ -376,6 +426,183 @@ def _capacity_problems(
     return found
 
 
+def _tp_key(model: ModelConfig, side: Side, aggregated: bool) -> str:
+    """The key that sets a side's tensor-parallel size: its own where the stack file has it."""
+    own = None if aggregated else getattr(model, side)
+    if own is not None and own.tensor_parallel_size is not None:
+        return f"model.{side}.tensorParallelSize"
+    return "model.tensorParallelSize"
+
+
+def _side_keys_unused(settings: Settings) -> list[str]:
+    """`serving.mode: aggregated` runs one deployment on the shared keys: per-side ones do nothing."""
+    if settings.serving.mode != "aggregated":
+        return []
+    return [
+        f"{PROJECT}:model.{side} does nothing with {PROJECT}:serving.mode aggregated (one deployment runs "
+        "the shared model keys); it applies again when the mode is disaggregated"
+        for side in SIDES
+        if getattr(settings.model, side) is not None
+    ]
+
+
+def _most(settings: Settings, side: Side) -> int:
+    own = settings.model.prefill_replicas if side == "prefill" else settings.model.decode_replicas
+    return getattr(settings.autoscaling, side).max_replicas or own
+
+
+def _side_pods(
+    settings: Settings, gpu: InstanceType, side: Side, engine: ModelConfig, host_kv: bool
+) -> SidePods:
+    """`side`'s worker pods, sized by its own tensor-parallel size."""
+    tp = engine.tensor_parallel_size
+    per_node = pods_per_node(gpu, tp)
+    resources = worker_resources(gpu, per_node, settings.serving.worker)
+    return SidePods(
+        side=side,
+        tensor_parallel_size=tp,
+        pods_per_node=per_node,
+        workers=settings.model.prefill_replicas if side == "prefill" else settings.model.decode_replicas,
+        max_workers=_most(settings, side),
+        worker=resources,
+        efa_per_worker=efa_per_pod(gpu, per_node),
+        shm_size=settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib),
+        fit=fit_report(engine, gpu, settings.serving.worker, per_node, host_kv=host_kv),
+    )
+
+
+def _nodes_for(gpu: InstanceType, engines: Mapping[Side, ModelConfig], settings: Settings, most: bool) -> int:
+    """GPU nodes the sides' pods fill, each side's pods on nodes of their own (a conservative count:
+    Kubernetes may also mix them on one node where GPUs and EFA interfaces allow)."""
+    total = 0
+    for side, engine in engines.items():
+        pods = _most(settings, side) if most else getattr(settings.model, f"{side}_replicas")
+        per_node = pods_per_node(gpu, engine.tensor_parallel_size)
+        total += -(-pods // per_node) if per_node else 0
+    return total
+
+
+def _split_pod_problems(
+    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig], warnings: list[str]
+) -> list[str]:
+    """`_worker_problems` and the idle-GPU check for each side's pods (their sizes differ)."""
+    problems: list[str] = []
+    for side, engine in engines.items():
+        tp = engine.tensor_parallel_size
+        per_node = pods_per_node(gpu, tp)
+        resources = worker_resources(gpu, per_node, settings.serving.worker)
+        shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
+        problems += _worker_problems(settings, gpu, per_node, shm)
+        idle = _idle_gpus(settings, gpu, tp)
+        if idle:
+            what = f"{idle[0].replace('tensorParallelSize', f'{side} tensorParallelSize', 1)}"
+            fix = idle[1].replace("model.tensorParallelSize", f"model.{side}.tensorParallelSize")
+            if settings.gpu_nodes.accept_idle_gpus:
+                warnings.append(f"{what}, as gpuNodes.acceptIdleGpus says; to use them: {fix}")
+            else:
+                problems.append(f"{what}; use {fix}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
+    return list(dict.fromkeys(problems))
+
+
+def _split_capacity_problems(
+    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig]
+) -> list[str]:
+    """The sides' pods at their most must fit gpuNodes.maxSize, counted node by node per side."""
+    nodes = _nodes_for(gpu, engines, settings, most=True)
+    found: list[str] = []
+    if nodes > settings.gpu_nodes.max_size:
+        sizes = ", ".join(
+            f"{side} {_most(settings, side)} x tensorParallelSize {e.tensor_parallel_size} "
+            f"({pods_per_node(gpu, e.tensor_parallel_size)} per node)"
+            for side, e in engines.items()
+        )
+        found.append(
+            f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size}: the GPU workers at their most "
+            f"({sizes}) fill {nodes} {gpu.name} nodes; raise gpuNodes.maxSize (and desiredSize), or "
+            "lower model.prefillReplicas / model.decodeReplicas (autoscaling's maxReplicas)"
+        )
+    privileged = settings.serving.worker.privileges == "privileged"
+    if privileged and any(pods_per_node(gpu, e.tensor_parallel_size) > 1 for e in engines.values()):
+        found.append(
+            f"{PROJECT}:serving.worker.privileges is privileged, but several workers share a {gpu.name} "
+            "(gpuNodes.instanceType, the sides' tensorParallelSize): a privileged container sees every GPU "
+            "of the node, so two workers would both start on GPU 0; use ipc-lock"
+        )
+    return found
+
+
+def _engines(settings: Settings, gpu: InstanceType, warnings: list[str]) -> dict[Side, ModelConfig]:
+    """Each side's engine as its LLMConfig runs it (aggregated: one deployment on the shared keys);
+    raises ConfigError for a side wider than the node, or a pair of sizes NIXL cannot serve."""
+    model = settings.model
+    aggregated = settings.serving.mode == "aggregated"
+    engines: dict[Side, ModelConfig] = {s: model if aggregated else model.side(s) for s in SIDES}
+    too_wide = [
+        f"{PROJECT}:{_tp_key(model, s, aggregated)}: {e.tensor_parallel_size} needs "
+        f"{e.tensor_parallel_size} GPUs in one pod, but {PROJECT}:gpuNodes.instanceType {gpu.name} has "
+        f"{gpu.gpus}"
+        for s, e in engines.items()
+        if e.tensor_parallel_size > gpu.gpus
+    ]
+    if too_wide:
+        raise ConfigError(list(dict.fromkeys(too_wide)))
+    if not aggregated:
+        pairing = tensor_parallel_problems(model)
+        if pairing:
+            raise ConfigError(pairing)
+        warnings += tensor_parallel_warnings(model)
+    warnings += _side_keys_unused(settings)
+    return engines
+
+
+def _pod_problems(
+    settings: Settings,
+    gpu: InstanceType,
+    per_node: int,
+    shm: str,
+    max_workers: int,
+    tp: int,
+    warnings: list[str],
+) -> list[str]:
+    """Both sides' pods alike: what could never be scheduled, and GPUs or nodes left idle."""
+    problems = _worker_problems(settings, gpu, per_node, shm)
+    idle = _idle_gpus(settings, gpu, tp)
+    if idle and settings.gpu_nodes.accept_idle_gpus:
+        warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
+    elif idle:
+        problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
+    idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers, tp)
+    if idle_nodes:
+        warnings.append(idle_nodes)
+    return problems
+
+
+def _fit_problems(
+    settings: Settings,
+    gpu: InstanceType,
+    engines: Mapping[Side, ModelConfig],
+    side_pods: tuple[SidePods, ...],
+    host_kv: bool,
+    warnings: list[str],
+) -> list[str]:
+    """The fit check: once where both sides run the same engine (as the shared keys give it), else once
+    per side, naming it."""
+    problems: list[str] = []
+    checked: dict[FitReport, Side] = {p.fit: p.side for p in side_pods}
+    for report, side in checked.items():
+        key = "model" if len(checked) == 1 else f"model ({side})"
+        if report.fits:
+            continue
+        if settings.model.fit_check == "warn":
+            warnings.append(f"{PROJECT}:{key}: {report.summary()} (model.fitCheck is warn: going on)")
+        else:
+            # The fixes first: where the model would fit, then the way to go on regardless.
+            elsewhere = fits_elsewhere(engines[side], gpu, settings.serving.worker, host_kv)
+            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+            problems.append(f"{PROJECT}:{key}: {report.summary()}{fixes}; or set model.fitCheck: warn")
+    return problems
+
+
 def plan_stack(
     settings: Settings,
     *,
@@ -391,14 +618,9 @@ def plan_stack(
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
     warnings += arn_warnings
     model = settings.model
-    tp = model.tensor_parallel_size
-    if tp > gpu.gpus:
-        raise ConfigError(
-            [
-                f"{PROJECT}:model.tensorParallelSize: {tp} needs {tp} GPUs in one pod, but "
-                f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus}"
-            ]
-        )
+    aggregated = settings.serving.mode == "aggregated"
+    engines = _engines(settings, gpu, warnings)
+    tp = engines["decode"].tensor_parallel_size
     system_nodes = settings.system_nodes
     system, system_warnings = resolve(
         system_nodes.instance_type,
@@ -425,31 +647,33 @@ def plan_stack(
     max_workers = (scaling.prefill.max_replicas or model.prefill_replicas) + (
         scaling.decode.max_replicas or model.decode_replicas
     )
+    split = len({e.tensor_parallel_size for e in engines.values()}) > 1
     # The most the nodes ever host: Cluster Autoscaler grows the group up to maxSize.
     capacity = settings.gpu_nodes.max_size * per_node
     resources = worker_resources(gpu, per_node, settings.serving.worker)
     shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
-    problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node, shm)
-    idle = _idle_gpus(settings, gpu)
-    if idle and settings.gpu_nodes.accept_idle_gpus:
-        warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
-    elif idle:
-        problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
-    idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
-    if idle_nodes:
-        warnings.append(idle_nodes)
+    problems = _head_problems(settings, system)
+    if split:
+        problems += _split_pod_problems(settings, gpu, engines, warnings)
+    else:
+        problems += _pod_problems(settings, gpu, per_node, shm, max_workers, tp, warnings)
     warnings += _kv_keys_unused(settings)
     warnings += _prefix_router_without_cache(settings)
-    problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
+    if split:
+        # Nodes, not pods: a node full of one side's pods may have no room for the other side's.
+        capacity, cluster = settings.gpu_nodes.max_size, _nodes_for(gpu, engines, settings, most=True)
+        problems += _split_capacity_problems(settings, gpu, engines)
+    else:
+        cluster = max_workers
+        problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
     try:
-        upgrade = plan_upgrades(settings, system, capacity, max_workers)
+        upgrade = plan_upgrades(settings, system, capacity, cluster)
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
     # Aggregated, no KV connector runs: what the KV-transfer keys would do is not said, and a value that
     # could not work is no problem (`_kv_keys_unused` says they do nothing); the path stays the one
     # those keys give where it can be planned, so the workers' env and policies do not change.
-    aggregated = settings.serving.mode == "aggregated"
     try:
         kv_path, kv_warnings = plan_kv_path(model, gpu)
     except ConfigError as error:
@@ -460,18 +684,15 @@ def plan_stack(
         warnings += kv_warnings
     # Host KV buffers are NIXL's: an aggregated replica has none to hold.
     host_kv = settings.serving.mode == "disaggregated" and kv_path.buffer_device == "cpu"
-    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv)
-    if not fit.fits:
-        if model.fit_check == "warn":
-            warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
-        else:
-            # The fixes first: where the model would fit, then the way to go on regardless.
-            elsewhere = fits_elsewhere(model, gpu, settings.serving.worker, host_kv)
-            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
-            problems.append(f"{PROJECT}:model: {fit.summary()}{fixes}; or set model.fitCheck: warn")
+    side_pods = tuple(_side_pods(settings, gpu, s, engines[s], host_kv) for s in SIDES)
+    fit = side_pods[SIDES.index("decode")].fit
+    problems += _fit_problems(settings, gpu, engines, side_pods, host_kv, warnings)
     if problems:
         raise ConfigError(problems)
-    kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
+    # The KV cache crosses in as many streams as the side with fewer ranks has (each rank moves its
+    # heads' share; the wider side's ranks read or are read in groups).
+    narrow = min(side_pods, key=lambda p: p.tensor_parallel_size)
+    kv_floor = transfer_floor(kv_path, gpu, narrow.efa_per_worker, narrow.tensor_parallel_size)
     cluster_name = (
         settings.cluster.existing_cluster_name or settings.cluster.name or default_cluster_name(stack)
     )
@@ -488,11 +709,12 @@ def plan_stack(
         fit=fit,
         kv_path=kv_path,
         kv_floor=kv_floor,
-        kv_crossing=crossing(model, kv_floor, tp),
+        kv_crossing=crossing(engines[narrow.side], kv_floor, narrow.tensor_parallel_size),
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
+        side_pods=side_pods,
     )
