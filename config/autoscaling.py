@@ -94,6 +94,22 @@ class DecodeScaling(SideScaling):
     )
 
 
+class RatioBand(StrictModel):
+    """Prefill replicas per decode replica, at least and at most."""
+
+    min: float = Field(gt=0, description="Fewest prefill replicas per decode replica (e.g. 0.5: 1:2).")
+    max: float = Field(gt=0, description="Most prefill replicas per decode replica (e.g. 2: 2:1).")
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> RatioBand:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+        return self
+
+    def holds(self, prefill: int, decode: int) -> bool:
+        return decode > 0 and self.min <= prefill / decode <= self.max
+
+
 class AutoscalingConfig(StrictModel):
     """Serve replicas per side, GPU worker pods and GPU nodes that follow load; and parking."""
 
@@ -120,6 +136,13 @@ class AutoscalingConfig(StrictModel):
         description="With `signal: llm`: a side gives up replicas only while the ones left would each stay "
         "below this share of the target, so removing one does not put the rest over it at once (adding "
         "happens above the target).",
+    )
+    ratio: RatioBand | None = Field(
+        None,
+        description="With `signal: llm`: keep prefill:decode replicas within this band as the sides scale "
+        "(e.g. `{min: 0.5, max: 2}`): a side whose own decision would leave it waits (adds or removes "
+        "only as far as the band allows) until the other side has moved. The sides' minimum replicas "
+        "must lie in it. Unset: each side scales on its own.",
     )
     prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
     decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]

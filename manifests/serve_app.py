@@ -262,8 +262,33 @@ LLM_POLICY = "llm_autoscaling:LlmScalingPolicy"
 """jobs/llm_autoscaling.py, on the Ray pods' PYTHONPATH: a side's scaling on the engine's figures."""
 
 
+def deployment_name(model_id: str, side: Side) -> str:
+    """The Serve deployment of a side: `Prefill:` or `Decode:` and the model id with `/` as `--` and `.`
+    as `_` (Ray 2.58 ray/llm/_internal/serve/core/server/builder.py:37-38, 64-73; prefill_decode/
+    builder.py `name_prefix`)."""
+    return f"{side.capitalize()}:{model_id.replace('/', '--').replace('.', '_')}"
+
+
+def band_kwargs(scaling: ScalingSettings, model_id: str, side: Side) -> dict[str, str | float]:
+    """`autoscaling.ratio` for one side's policy: the band, which side it is, and its peer deployment,
+    whose replicas the policy reads (jobs/llm_autoscaling.py `keep_in_band`). Empty without a band."""
+    band = scaling.ratio
+    if band is None:
+        return {}
+    peer: Side = "decode" if side == "prefill" else "prefill"
+    return {
+        "side": side,
+        "peer": deployment_name(model_id, peer),
+        "ratio_min": band.min,
+        "ratio_max": band.max,
+    }
+
+
 def llm_policy(
-    side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    band: Mapping[str, str | float] | None = None,
 ) -> AutoscalingPolicy | None:
     """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use.
     `scope`: the policy's `namespace` and `jobs`, the labels the stack's PodMonitors give the Ray pods'
@@ -278,15 +303,25 @@ def llm_policy(
         return None
     return AutoscalingPolicy(
         policy_function=LLM_POLICY,
-        policy_kwargs={"signal": signal, "target": target, "band": scaling.downscale_band, **(scope or {})},
+        policy_kwargs={
+            "signal": signal,
+            "target": target,
+            "band": scaling.downscale_band,
+            **(scope or {}),
+            **(band or {}),
+        },
     )
 
 
 def _deployment(
-    replicas: int, side: SideScaling, scaling: ScalingSettings, scope: Mapping[str, str] | None = None
+    replicas: int,
+    side: SideScaling,
+    scaling: ScalingSettings,
+    scope: Mapping[str, str] | None = None,
+    band: Mapping[str, str | float] | None = None,
 ) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
-    policy = llm_policy(side, scaling, scope)
+    policy = llm_policy(side, scaling, scope, band)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
@@ -416,7 +451,15 @@ def _pd_application(
                 source,
                 "prefill",
                 routed(
-                    _deployment(model.prefill_replicas, scaling.prefill, scaling, scope), serving, prefill
+                    _deployment(
+                        model.prefill_replicas,
+                        scaling.prefill,
+                        scaling,
+                        scope,
+                        band_kwargs(scaling, model.id, "prefill"),
+                    ),
+                    serving,
+                    prefill,
                 ),
                 kv_path,
                 side_placement("prefill") if own_workers else None,
@@ -425,7 +468,17 @@ def _pd_application(
                 decode,
                 source,
                 "decode",
-                routed(_deployment(model.decode_replicas, scaling.decode, scaling, scope), serving, decode),
+                routed(
+                    _deployment(
+                        model.decode_replicas,
+                        scaling.decode,
+                        scaling,
+                        scope,
+                        band_kwargs(scaling, model.id, "decode"),
+                    ),
+                    serving,
+                    decode,
+                ),
                 kv_path,
                 side_placement("decode") if own_workers else None,
             ),

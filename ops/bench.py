@@ -160,7 +160,7 @@ def run_document(
             "nodes": settings.gpu_nodes.desired_size,
             "workers": plan.gpu_workers,
             "gpus_per_worker": tp,
-            "gpus": plan.gpu_workers * tp,
+            "gpus": plan.worker_gpus,
         },
         "kv_path": kv_path_of(plan),
         "workload": {

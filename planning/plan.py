@@ -123,6 +123,11 @@ class Plan:
         return next(p for p in self.side_pods if p.side == side)
 
     @property
+    def worker_gpus(self) -> int:
+        """GPUs the GPU workers take at least: each side's replicas x its tensor-parallel size."""
+        return sum(p.workers * p.tensor_parallel_size for p in self.side_pods)
+
+    @property
     def split_workers(self) -> bool:
         """Whether prefill and decode run in worker groups of their own (their pods differ)."""
         return len({p.tensor_parallel_size for p in self.side_pods}) > 1
