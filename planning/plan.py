@@ -264,19 +264,29 @@ def _prefix_router_without_cache(settings: Settings) -> list[str]:
     `prefix_routed`), and the preview says why. vLLM 0.26 keeps none when extraEngineKwargs turns it off,
     and by default none for a hybrid model (planning/kv_path.py `prefix_cache`)."""
     model, scaling = settings.model, settings.autoscaling
-    if settings.serving.request_router != "prefix" or prefix_cache(model):
+    aggregated = settings.serving.mode == "aggregated"
+    if settings.serving.request_router != "prefix" or (aggregated and prefix_cache(model)):
         return []
     prefill = scaling.prefill.max_replicas or model.prefill_replicas
     decode = scaling.decode.max_replicas or model.decode_replicas
-    if settings.serving.mode == "aggregated":
+    if aggregated:
         sides = ["the aggregated deployment"] if prefill + decode >= 2 else []
     else:
-        sides = [side for side, most in (("prefill", prefill), ("decode", decode)) if most >= 2]
+        # Each side's own engine (`model.<side>.extraEngineKwargs` may turn the cache on or off).
+        most_of: dict[Side, int] = {"prefill": prefill, "decode": decode}
+        sides = [s for s in SIDES if most_of[s] >= 2 and not prefix_cache(model.side(s))]
     if not sides:
         return []
     where = " and ".join(sides)
-    if model.extra_engine_kwargs.get("enable_prefix_caching") is False:
-        why = f"{PROJECT}:model.extraEngineKwargs.enable_prefix_caching is false, so no replica keeps one"
+    engine, key = model, "model.extraEngineKwargs"
+    if not aggregated:
+        side: Side = "prefill" if sides[0] == "prefill" else "decode"
+        engine = model.side(side)  # the first side named: its own key where it sets one
+        own = getattr(model, side)
+        if own is not None and own.extra_engine_kwargs and "enable_prefix_caching" in own.extra_engine_kwargs:
+            key = f"model.{side}.extraEngineKwargs"
+    if engine.extra_engine_kwargs.get("enable_prefix_caching") is False:
+        why = f"{PROJECT}:{key}.enable_prefix_caching is false, so no replica keeps one"
         fix = "turn prefix caching on for prefix routing"
     else:
         why = (

@@ -256,3 +256,25 @@ def test_aggregated_mode_says_the_side_keys_do_nothing():
     )
     assert any(f"{P}:model.decode does nothing" in w for w in plan.warnings)
     assert not plan.split_workers
+
+
+def test_a_sides_own_prefix_cache_decides_its_router_and_the_preview_says_so():
+    """The default model is hybrid (vLLM 0.26 keeps no prefix cache unless asked): prefill opts in on its
+    own, so prefill routes by prefix and decode keeps Serve's default, and preview names decode only."""
+    sections: dict[str, Any] = {
+        "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+        "model": {
+            "prefillReplicas": 2,
+            "decodeReplicas": 2,
+            "prefill": {"extraEngineKwargs": {"enable_prefix_caching": True}},
+        },
+    }
+    args = args_of(built(**sections))
+    assert "request_router_config" in args["prefill_config"]["deployment_config"]
+    assert "request_router_config" not in args["decode_config"]["deployment_config"]
+    assert args["prefill_config"]["engine_kwargs"]["enable_prefix_caching"] is True
+    assert "enable_prefix_caching" not in args["decode_config"]["engine_kwargs"]
+    (warning,) = [
+        w for w in plan_stack(stack_settings("dev", **sections), stack="dev").warnings if "requestRouter" in w
+    ]
+    assert ": decode keeps Serve's power-of-two choice" in warning
