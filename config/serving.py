@@ -250,8 +250,8 @@ class SideModelConfig(StrictModel):
 class ModelConfig(StrictModel):
     """The model Ray Serve LLM serves on both sides, prefill and decode, and what the fit check
     needs to know about it. Each prefill or decode replica is one GPU worker pod with
-    `tensorParallelSize` GPUs; `gpuNodes.desiredSize` must host them all, at
-    min(GPUs / tensorParallelSize, EFA interfaces) pods per node."""
+    `tensorParallelSize` GPUs (the side's own where `prefill` or `decode` sets one); `gpuNodes.desiredSize`
+    must host them all, at min(GPUs / tensorParallelSize, EFA interfaces) pods per node."""
 
     id: str = Field(
         "qwen3.5-9b",

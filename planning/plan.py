@@ -519,6 +519,27 @@ def _split_pod_problems(
     return list(dict.fromkeys(problems))
 
 
+def _split_idle_nodes(
+    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig]
+) -> str | None:
+    """`_idle_nodes` where the sides' pods differ: the warning when the sides at their most fill fewer
+    GPU nodes (side by side, `_nodes_for`) than gpuNodes.desiredSize keeps."""
+    nodes = 0 if settings.autoscaling.parked else settings.gpu_nodes.desired_size
+    needed = _nodes_for(gpu, engines, settings, most=True)
+    if not nodes or needed >= nodes:
+        return None
+    used = sum(_most(settings, s) * e.tensor_parallel_size for s, e in engines.items())
+    sizes = ", ".join(
+        f"{s} {_most(settings, s)} x tensorParallelSize {e.tensor_parallel_size}" for s, e in engines.items()
+    )
+    return (
+        f"{PROJECT}:gpuNodes: the GPU workers use at most {used} GPU(s) ({sizes}), which fill {needed} "
+        f"{gpu.name} node(s), but gpuNodes.desiredSize is {nodes}: {nodes - needed} node(s) paid for and "
+        f"idle; set gpuNodes.desiredSize {needed} (and minSize/maxSize to match), or more replicas "
+        "(model.prefillReplicas and model.decodeReplicas, or autoscaling's maxReplicas)"
+    )
+
+
 def _split_capacity_problems(
     settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig]
 ) -> list[str]:
@@ -670,6 +691,7 @@ def plan_stack(
     problems = _head_problems(settings, system)
     if split:
         problems += _split_pod_problems(settings, gpu, engines, warnings)
+        warnings += [w for w in (_split_idle_nodes(settings, gpu, engines),) if w]
     else:
         problems += _pod_problems(settings, gpu, per_node, shm, max_workers, tp, warnings)
     warnings += _kv_keys_unused(settings)

@@ -170,6 +170,16 @@ class TestWorkerGroups:
             ("decode", 2, 4),
         ]
         assert plan.side("decode").fit.utilization == 0.85 and plan.side("prefill").fit.utilization == 0.9
+        assert not [w for w in plan.warnings if "paid for and idle" in w]  # 1 node each side: both used
+        more = plan_stack(
+            stack_settings(
+                "dev", **{**HETERO, "gpuNodes": {**HETERO["gpuNodes"], "desiredSize": 3, "maxSize": 3}}
+            ),
+            stack="dev",
+        )
+        (idle,) = [w for w in more.warnings if "paid for and idle" in w]
+        assert "fill 2 g6e.48xlarge node(s), but gpuNodes.desiredSize is 3" in idle
+        assert "prefill 1 x tensorParallelSize 2, decode 1 x tensorParallelSize 4" in idle
         summary = plan.hardware_summary()
         assert "prefill: 4 worker(s) per node, each 2 GPU" in summary
         assert "decode: 2 worker(s) per node, each 4 GPU" in summary
