@@ -38,7 +38,7 @@ from components.cluster import Cluster
 from components.cost import CostEstimate
 from components.endpoint import Endpoint
 from components.existing_cluster import ExistingCluster
-from components.gpu_node_group import GpuNodeGroup
+from components.gpu_node_group import GpuNodeGroup, SideGpuNodeGroups
 from components.observability import Observability
 from components.pod_identity import PodRoles
 from components.rayservice import RayService
@@ -162,7 +162,7 @@ def export_outputs(
     reading: Reading,
     cluster: Cluster | ExistingCluster,
     vpc_id: pulumi.Input[str],
-    gpu_nodes: GpuNodeGroup,
+    gpu_nodes: GpuNodeGroup | SideGpuNodeGroups,
     serving: ServingManifests,
     ray_service: RayService,
     endpoint: tuple[EndpointManifests | None, Endpoint | None],

@@ -23,7 +23,7 @@ class DevicePlugins(pulumi.ComponentResource):
         name: str,
         *,
         provider: k8s.Provider,
-        instance_type: str,
+        instance_type: str | list[str],
         placement: Placement,
         gpu_nodes: Sequence[pulumi.Resource],
         nvidia: bool,

@@ -75,6 +75,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         record: Mapping[str, str] | None = None,
         capacity: CapacityPlan | None = None,
         autoscaler_tag: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        placement_group: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
@@ -85,10 +87,16 @@ class GpuNodeGroup(pulumi.ComponentResource):
         `capacity`: the reservation the nodes launch into (planning/reservation.py), whose zone `zone` is.
         `autoscaler_tag`: on a team's cluster, the tag its Auto Scaling group gets so the stack's Cluster
         Autoscaler finds and may resize it alone (manifests/cluster_autoscaler.py); EKS passes no node
-        group tag on to the group. `placement`: the labels and taint the nodes carry (planning/nodes.py)."""
+        group tag on to the group. `placement`: the labels and taint the nodes carry (planning/nodes.py).
+        `labels`: the nodes' labels where not `placement`'s GPU labels (a side's own group).
+        `placement_group`: a cluster placement group shared with the other side's group, so the KV path
+        stays on one spine; the group is then built from `pulumi_aws` (pulumi-eks makes a placement
+        group of its own per group)."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
-        if isinstance(cluster, ExistingCluster) or capacity:
+        self.labels = dict(labels) if labels is not None else placement.gpu_labels
+        self.shared_placement_group = placement_group
+        if isinstance(cluster, ExistingCluster) or capacity or placement_group is not None:
             # On an existing cluster pulumi-eks has no cluster to attach to; on a reservation its EFA
             # template takes no reservation target, market type or instance type (and always adds a
             # placement group of its own). So the group is built from pulumi_aws, its EFA interfaces in
@@ -126,7 +134,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=config.min_size, desired_size=config.desired_size, max_size=config.max_size
             ),
-            labels=placement.gpu_labels,
+            labels=self.labels,
             taints=node_group_taints(placement.gpu_taints),
             disk_size=config.disk_size_gib,
             operating_system=eks.OperatingSystem.AL2023,
@@ -187,6 +195,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         placement_group = (
             capacity.placement_group
             if capacity
+            else self.shared_placement_group
+            if self.shared_placement_group is not None
             else aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child).name
         )
         return managed_node_group(
@@ -197,7 +207,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             subnet_ids=[subnet_id],
             instance_type=config.instance_type,
             sizes=(config.min_size, config.desired_size, config.max_size),
-            labels=placement.gpu_labels,
+            labels=self.labels,
             taints=node_group_taints(placement.gpu_taints),
             disk_size_gib=config.disk_size_gib,
             volume_key_arn=cluster.volume_key_arn,
@@ -213,3 +223,55 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 child, pulumi.ResourceOptions(depends_on=cluster.node_dependencies)
             ),
         )
+
+
+class SideGpuNodeGroups(pulumi.ComponentResource):
+    """Where each side has GPU nodes of its own (`prefillNodes`, `decodeNodes`): one cluster placement
+    group in the GPU zone and an EFA GPU node group per side in it, each labelled with its side
+    (planning/nodes.py `GPU_SIDE_LABEL`), so the two sides' nodes are one EFA network, as one group's are."""
+
+    groups: dict[str, GpuNodeGroup]
+    """The side's node group, by side."""
+    availability_zone: str
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        sides: Sequence[tuple[str, GpuNodesConfig, int]],
+        placement: Placement,
+        cluster: Cluster | ExistingCluster,
+        zone: str,
+        subnet_id: pulumi.Input[str],
+        autoscaled: bool,
+        tags: Mapping[str, Mapping[str, str]],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`sides`: (side, its nodes' config, its type's network cards) for prefill and decode; `tags`:
+        each side's node group tags (what Cluster Autoscaler reads for scale from zero)."""
+        super().__init__("ray-llm-eks:gpu_node_group:SideGpuNodeGroups", name, None, opts)
+        self.availability_zone = zone
+        child = pulumi.ResourceOptions(parent=self)
+        shared = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+        self.groups = {
+            side: GpuNodeGroup(
+                f"{name}-{side}",
+                config=config,
+                placement=placement,
+                cluster=cluster,
+                zone=zone,
+                subnet_id=subnet_id,
+                autoscaled=autoscaled,
+                tags=dict(tags.get(side, {})),
+                network_cards=cards,
+                labels=placement.side_labels(side),
+                placement_group=shared.name,
+                opts=child,
+            )
+            for side, config, cards in sides
+        }
+        self.register_outputs({"availabilityZone": zone, "placementGroup": shared.name})
+
+    @property
+    def node_groups(self) -> list[eks.ManagedNodeGroup | aws.eks.NodeGroup]:
+        return [group.node_group for group in self.groups.values()]

@@ -26,11 +26,14 @@ from config.network import NetworkConfig
 from config.observability import ObservabilityConfig
 from config.regions import AWS_REGIONS
 from config.serving import KubeRayConfig, ModelCacheConfig, ModelConfig, ServingConfig
+from config.sides import all_side_nodes, split
 
 PROJECT = "ray-llm-eks"
 """The project name in Pulumi.yaml, and so the namespace of every config key of ours."""
 
 REGION_KEY = "aws:region"
+OPTIONAL_SECTIONS = ("prefillNodes", "decodeNodes")
+"""Sections whose absence means something (both sides on gpuNodes), not all defaults."""
 SECRET_KEYS = ("huggingFaceToken", "apiKeys")
 
 
@@ -58,6 +61,19 @@ class Settings(StrictModel):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)  # type: ignore[arg-type]
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)  # type: ignore[arg-type]
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig)  # type: ignore[arg-type]
+    prefill_nodes: GpuNodesConfig | None = Field(
+        None,
+        description="The prefill side's own GPU nodes, with the keys of `gpuNodes`: with it (or "
+        "`decodeNodes`) each side gets an EFA GPU node group of its own, of its instance type and sizes, in "
+        "the one zone and cluster placement group of the other side's, and a KubeRay worker group of its "
+        "own that selects its nodes by label; a side without its own section runs on `gpuNodes`. Without "
+        'either, both sides share `gpuNodes` (docs/design.md, "Sizing prefill and decode").',
+    )
+    decode_nodes: GpuNodesConfig | None = Field(
+        None,
+        description="The decode side's own GPU nodes, with the keys of `gpuNodes`: as `prefillNodes`, for "
+        "decode.",
+    )
     kuberay: KubeRayConfig = Field(default_factory=KubeRayConfig)  # type: ignore[arg-type]
     serving: ServingConfig = Field(default_factory=ServingConfig)  # type: ignore[arg-type]
     model: ModelConfig = Field(default_factory=ModelConfig)  # type: ignore[arg-type]
@@ -150,6 +166,7 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
             f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
             f"{project}:gpuNodes.minSize {settings.gpu_nodes.min_size}; set it to 0 to park"
         )
+    problems += _side_node_problems(settings, project)
     problems += _one_purpose_per_secret(settings, project)
     problems += _one_section_per_namespace(settings, project)
     for client, key in sorted(settings.api_keys.items()):
@@ -188,6 +205,75 @@ def _ratio_problems(settings: Settings, project: str) -> list[str]:
             f"{prefill / decode:g}, outside the band; widen the band or change the minimums"
         ]
     return []
+
+
+def _side_node_problems(settings: Settings, project: str) -> list[str]:
+    """`prefillNodes` and `decodeNodes`: two node groups that must still be one EFA network."""
+    if not split(settings):
+        return []
+    sides = all_side_nodes(settings)
+    own = [s for s in sides if s.section != "gpuNodes"]
+    problems = []
+    if len(own) == 2 and settings.gpu_nodes.model_fields_set:
+        given = ", ".join(
+            f"{project}:gpuNodes.{GpuNodesConfig.model_fields[n].alias or n}"
+            for n in sorted(settings.gpu_nodes.model_fields_set)
+        )
+        problems.append(
+            f"{given}: with both {project}:prefillNodes and {project}:decodeNodes no GPU node runs on "
+            "gpuNodes; remove it, or move the side that should use it back there"
+        )
+    zones = {s.section: s.config.availability_zone for s in sides if s.config.availability_zone}
+    if len(set(zones.values())) > 1:
+        (first, first_zone), (second, second_zone) = sorted(zones.items())[:2]
+        problems.append(
+            f"{project}:{first}.availabilityZone {first_zone} and {project}:{second}.availabilityZone "
+            f"{second_zone}: the sides in two availability zones, but EFA does not cross zones, so the KV "
+            "cache could not move between them; give both the same zone, or leave it out and the stack "
+            "picks one that offers both instance types"
+        )
+    for side in own:
+        key = f"{project}:{side.section}"
+        zone = side.config.availability_zone
+        if zone and zone[:-1] != settings.region:
+            problems.append(f"{key}.availabilityZone: {zone} is not in {REGION_KEY} {settings.region}")
+        elif zone and settings.network.availability_zones and zone not in settings.network.availability_zones:
+            problems.append(
+                f"{key}.availabilityZone: {zone} must be one of {project}:network.availabilityZones "
+                f"{settings.network.availability_zones}"
+            )
+        if settings.autoscaling.parked and side.config.min_size > 0:
+            problems.append(
+                f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
+                f"{key}.minSize {side.config.min_size}; set it to 0 to park"
+            )
+    taints = {s.section: s.config.taint for s in sides}
+    if len(set(taints.values())) > 1:
+        problems.append(
+            f"{', '.join(f'{project}:{k}.taint {v}' for k, v in sorted(taints.items()))}: both sides' GPU "
+            "nodes are tainted alike (the device plugins and the workers tolerate one taint); set the same"
+        )
+    reserved = sorted({s.section for s in sides if s.config.capacity_reservation})
+    if reserved:
+        problems.append(
+            f"{', '.join(f'{project}:{k}.capacityReservation' for k in reserved)}: a capacity reservation "
+            f"serves one GPU node group; with {project}:prefillNodes or {project}:decodeNodes the stack has "
+            "two, which it does not yet plan reservations for; run the sides on On-Demand capacity, or "
+            "share gpuNodes"
+        )
+    if settings.serving.mode == "aggregated":
+        problems.append(
+            f"{', '.join(f'{project}:{s.section}' for s in own)}: {project}:serving.mode aggregated runs one "
+            "deployment that prefills and decodes, so there is no side to give GPU nodes of its own; "
+            "share gpuNodes, or serve disaggregated"
+        )
+    if settings.cluster.existing_cluster_name:
+        problems.append(
+            f"{', '.join(f'{project}:{s.section}' for s in own)}: per-side GPU node groups are built on "
+            f"the stack's own cluster only, not on {project}:cluster.existingClusterName "
+            f"{settings.cluster.existing_cluster_name}; share gpuNodes there"
+        )
+    return problems
 
 
 FIXED_NAMESPACES = {
@@ -295,7 +381,7 @@ def load_settings(raw: Mapping[str, Any], project: str = PROJECT) -> Settings:
         region = "us-east-1"  # a stand-in, so the sections are still checked
     data["region"] = region
     for name in sections:  # an absent section is all defaults, and its errors name its keys
-        if name not in data and name not in SECRET_KEYS:
+        if name not in data and name not in SECRET_KEYS and name not in OPTIONAL_SECTIONS:
             data[name] = {}
     try:
         settings = Settings.model_validate(data)
@@ -390,9 +476,15 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
             (f for n, f in model.model_fields.items() if part in (n, f.alias)),
             None,
         )
-        if field is None or not isinstance(field.annotation, type):
+        kinds = (
+            [k for k in (field.annotation, *get_args(field.annotation)) if isinstance(k, type)]
+            if field
+            else []
+        )
+        models = [k for k in kinds if issubclass(k, BaseModel)]
+        if not models:
             return []
-        model = field.annotation
+        model = models[0]
     if model is Settings:
         return sorted(_section_fields())
     return sorted(f.alias or n for n, f in model.model_fields.items())

@@ -4,6 +4,7 @@ planning/addons.py tells the stack's own install from the team's by it)."""
 from __future__ import annotations
 
 from config import Settings
+from config.sides import gpu_instance_types
 from manifests import cluster_autoscaler
 from manifests.charts import efa_device_plugin, kuberay_operator, nvidia_device_plugin
 from manifests.endpoint.chart import envoy_gateway_chart
@@ -16,7 +17,7 @@ def own_namespaces(settings: Settings, cluster_name: str) -> dict[str, str]:
     where = placement(settings)
     charts = {
         "nvidiaDevicePlugin": nvidia_device_plugin(where),
-        "efaDevicePlugin": efa_device_plugin(where, settings.gpu_nodes.instance_type),
+        "efaDevicePlugin": efa_device_plugin(where, gpu_instance_types(settings)),
         "kuberay": kuberay_operator(settings.kuberay, where),
         "loadBalancerController": load_balancer_controller(settings, cluster_name=cluster_name),
         "envoyGateway": envoy_gateway_chart(where),

@@ -10,6 +10,7 @@ namespace, with which values. Versions come from config/versions.py (or the stac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +50,16 @@ def nvidia_device_plugin(placement: Placement) -> HelmChart:
     )
 
 
-def efa_device_plugin(placement: Placement, instance_type: str) -> HelmChart:
+def efa_device_plugin(placement: Placement, instance_type: str | Sequence[str]) -> HelmChart:
+    """`instance_type`: the GPU type, or each side's where the sides have node groups of their own (the
+    chart's allow-list takes them all)."""
+    types = [instance_type] if isinstance(instance_type, str) else list(dict.fromkeys(instance_type))
     return _on_gpu_nodes(
         placement,
         "aws-efa-k8s-device-plugin",
         versions.EFA_DEVICE_PLUGIN_CHART_VERSION,
         versions.EFA_DEVICE_PLUGIN_CHART_REPO,
-        supportedInstanceLabels={"keys": ["node.kubernetes.io/instance-type"], "values": [instance_type]},
+        supportedInstanceLabels={"keys": ["node.kubernetes.io/instance-type"], "values": types},
     )
 
 

@@ -21,6 +21,7 @@ import itertools
 from typing import Any
 
 from config import Settings
+from config.sides import all_side_nodes, split
 
 UID = "rayLlmPdDisaggregation"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
@@ -298,6 +299,21 @@ def _latency_and_load(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
+def gpu_targets(settings: Settings, expr: str, legend: str) -> list[tuple[str, str]]:
+    """A GPU panel's queries: one over every worker's GPUs, or where the sides have GPU nodes of their
+    own (`prefillNodes`, `decodeNodes`) one per side, its pods selected by their worker group's name
+    (manifests/rayservice.py `side_worker_group`) and its type in the legend."""
+    if not split(settings):
+        return [(expr.replace("{selector}", ""), legend)]
+    return [
+        (
+            expr.replace("{selector}", f'{{pod=~".+-{side.side}-workers-.+"}}'),
+            f"{side.side} ({side.config.instance_type}): {legend}",
+        )
+        for side in all_side_nodes(settings)
+    ]
+
+
 def _kv_and_gpus(settings: Settings) -> list[dict[str, Any]]:
     """The rows of the KV cache over NIXL and of the GPUs."""
     _objective, _mode, deployments, _sides, nixl_row, pd_only = _view(settings)
@@ -365,7 +381,11 @@ def _kv_and_gpus(settings: Settings) -> list[dict[str, Any]]:
         _panel(
             12,
             "GPU utilisation per worker",
-            [("avg by (Hostname, gpu, pod) (DCGM_FI_DEV_GPU_UTIL)", "{{pod}} GPU {{gpu}} ({{Hostname}})")],
+            gpu_targets(
+                settings,
+                "avg by (Hostname, gpu, pod) (DCGM_FI_DEV_GPU_UTIL{selector})",
+                "{{pod}} GPU {{gpu}} ({{Hostname}})",
+            ),
             "percent",
             0,
             28,
@@ -374,7 +394,11 @@ def _kv_and_gpus(settings: Settings) -> list[dict[str, Any]]:
         _panel(
             13,
             "GPU memory used per worker",
-            [("max by (Hostname, gpu, pod) (DCGM_FI_DEV_FB_USED) * 1024 * 1024", "{{pod}} GPU {{gpu}}")],
+            gpu_targets(
+                settings,
+                "max by (Hostname, gpu, pod) (DCGM_FI_DEV_FB_USED{selector}) * 1024 * 1024",
+                "{{pod}} GPU {{gpu}}",
+            ),
             "bytes",
             12,
             28,

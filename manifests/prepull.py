@@ -22,7 +22,7 @@ NAME = "ray-image-prepull"
 def prepull_daemon_set(settings: Settings, plan: Plan) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": settings.serving.name}
     where = placement(settings)
-    tolerations = [where.gpu_toleration] if settings.gpu_nodes.taint else []
+    tolerations = [where.gpu_toleration] if where.gpu_tainted else []
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

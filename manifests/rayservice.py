@@ -57,7 +57,7 @@ from manifests.readiness import serve_ready_check
 from manifests.serve_app import (
     LLM_POLICY,
     PREFIX_ROUTER,
-    SIDE_RESOURCE,
+    SIDE_RESOURCES,
     ServeConfig,
     build_serve_config,
     routes_by_prefix,
@@ -65,7 +65,7 @@ from manifests.serve_app import (
 from planning import Plan
 from planning import system_pods as requests
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, placement
-from planning.plan import SidePods
+from planning.plan import SidePlan
 
 HF_TOKEN_SECRET = "hf-token"
 """Kubernetes Secret (in the serving namespace) holding the Hugging Face token, when one is set."""
@@ -96,9 +96,8 @@ class WorkerGroupSpec(K8sModel):
     min_replicas: int = Field(ge=0)
     max_replicas: int = Field(ge=0)
     resources: dict[str, str] | None = None
-    """Ray resources the group's pods offer beyond their CPUs and GPUs (KubeRay 1.7 passes them to
-    `ray start --resources`, raycluster_types.go:464-468, pod.go:1649-1685; Ray's autoscaler reads them,
-    autoscaling_config.py `_get_custom_resources`)."""
+    """Ray resources of each worker (KubeRay 1.7 passes them to `ray start --resources`, and Ray's
+    autoscaler reads them: ray/autoscaler/_private/kuberay/autoscaling_config.py `_get_custom_resources`)."""
     ray_start_params: dict[str, str]
     template: PodTemplate
 
@@ -243,6 +242,7 @@ def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
         serving,
         mode=serving.mode,
         policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
+        pinned=plan.split_workers,
     )
 
 
@@ -368,10 +368,11 @@ def _head_pod(settings: Settings, plan: Plan) -> PodSpec:
     )
 
 
-def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
-    """The GPU workers' environment: the KV transfer's (EFA, NIXL, UCX), the model cache's, the token's."""
+def _worker_env(settings: Settings, plan: Plan, side: SidePlan | None = None) -> list[EnvVar]:
+    """The GPU workers' environment: the KV transfer's (EFA, NIXL, UCX), the model cache's, the token's.
+    `side`: the side whose workers these are, where the sides have node groups of their own."""
     hf_token_secret = HF_TOKEN_SECRET if settings.hugging_face_token else None
-    gpu = plan.gpu
+    gpu = side.gpu if side else plan.gpu
     env = [
         # libfabric's EFA provider; NIXL's LIBFABRIC backend goes through it.
         EnvVar(name="FI_PROVIDER", value="efa"),
@@ -410,28 +411,29 @@ def _worker_env(settings: Settings, plan: Plan) -> list[EnvVar]:
     return env
 
 
-def _worker_pod(settings: Settings, plan: Plan, pods: SidePods | None = None) -> PodSpec:
+def _worker_pod(settings: Settings, plan: Plan, side: SidePlan | None = None) -> PodSpec:
     """A GPU worker's pod: its GPUs and EFA interfaces, the shared memory and the node's model cache.
-    `pods`: one side's, where the sides' pods differ (`Plan.split_workers`); else both sides'."""
-    worker_size = pods.worker if pods else plan.worker
-    tp = pods.tensor_parallel_size if pods else settings.model.tensor_parallel_size
-    efa = pods.efa_per_worker if pods else plan.efa_per_worker
-    shm = pods.shm_size if pods else plan.shm_size
+    `side`: a side's worker on its own nodes (None: either side's, on the shared GPU nodes)."""
+    worker_size = side.worker if side else plan.worker
+    tp = side.tensor_parallel_size if side else settings.model.tensor_parallel_size
     where = placement(settings)
     image = plan.image
-    env = _worker_env(settings, plan)
+    env = _worker_env(settings, plan, side)
     worker_limits = {
         "cpu": worker_size.cpu,
         "memory": worker_size.memory,
         GPU_RESOURCE: str(tp),
-        EFA_RESOURCE: str(efa),
+        EFA_RESOURCE: str(side.efa_per_worker if side else plan.efa_per_worker),
     }
-    tolerations = tolerations_of([where.gpu_toleration]) if settings.gpu_nodes.taint else None
+    tolerations = tolerations_of([where.gpu_toleration]) if where.gpu_tainted else None
     return PodSpec(
         service_account_name=RAY_SERVICE_ACCOUNT,
         termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
         + TERMINATION_MARGIN_SECONDS,
-        node_selector=where.gpu_selector,
+        # A side on gpuNodes (its own worker group only for its tensor-parallel size) selects them all.
+        node_selector=where.side_selector(side.side)
+        if side and side.section != "gpuNodes"
+        else where.gpu_selector,
         tolerations=tolerations,
         # Workers never call the Kubernetes API (the autoscaler is in the head pod); their AWS access
         # is Pod Identity's own projected token.
@@ -457,7 +459,9 @@ def _worker_pod(settings: Settings, plan: Plan, pods: SidePods | None = None) ->
         volumes=[
             Volume(
                 name="dshm",
-                empty_dir=EmptyDirVolumeSource(medium="Memory", size_limit=shm),
+                empty_dir=EmptyDirVolumeSource(
+                    medium="Memory", size_limit=side.shm_size if side else plan.shm_size
+                ),
             ),
             # On the node's disk, not the pod's: the weights are downloaded once per node, not per pod.
             Volume(
@@ -469,55 +473,33 @@ def _worker_pod(settings: Settings, plan: Plan, pods: SidePods | None = None) ->
     )
 
 
-def _worker_group(
-    name: str,
-    workers: int,
-    most: int,
-    tp: int,
-    pod: PodSpec,
-    resources: dict[str, str] | None = None,
-) -> WorkerGroupSpec:
+def side_worker_group(settings: Settings, plan: Plan, side: SidePlan) -> WorkerGroupSpec:
+    """A side's own worker group, on its own GPU nodes (`prefillNodes`, `decodeNodes`): its pods select
+    the side's nodes by label, and each advertises one unit of the side's Ray resource per GPU, which
+    only that side's engine workers ask for (manifests/serve_app.py `SIDE_RESOURCES`)."""
+    tp = side.tensor_parallel_size
     return WorkerGroupSpec(
-        group_name=name,
-        replicas=workers,
-        min_replicas=workers,
-        max_replicas=most,
-        resources=resources,
+        group_name=f"{side.side}-workers",
+        replicas=side.workers,
+        min_replicas=side.workers,
+        max_replicas=side.max_workers,
+        resources={SIDE_RESOURCES[side.side]: str(tp)},
         ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
         template=PodTemplate(
-            # Cluster Autoscaler never drains a node from under a serving worker; Ray's
-            # autoscaler removes idle workers first, and then the node is empty.
             metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
-            spec=pod,
+            spec=_worker_pod(settings, plan, side),
         ),
     )
 
 
-def worker_groups(settings: Settings, plan: Plan) -> list[WorkerGroupSpec]:
-    """One group for both sides where their pods are alike; else one per side (`<side>-workers`), sized
-    by the side's tensor-parallel size, offering the side's slot resource that its placement bundles
-    take (manifests/serve_app.py `side_placement`), so no replica lands on the other side's pods."""
-    if not plan.split_workers:
-        tp = settings.model.tensor_parallel_size
-        pod = _worker_pod(settings, plan)
-        return [_worker_group("gpu-workers", plan.gpu_workers, plan.max_gpu_workers, tp, pod)]
-    return [
-        _worker_group(
-            f"{pods.side}-workers",
-            pods.workers,
-            pods.max_workers,
-            pods.tensor_parallel_size,
-            _worker_pod(settings, plan, pods),
-            {SIDE_RESOURCE[pods.side]: str(pods.tensor_parallel_size)},
-        )
-        for pods in plan.side_pods
-    ]
-
-
 def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
     serving = settings.serving
+    tp = settings.model.tensor_parallel_size
     serve_config = serve_config_of(settings, plan)
     head_pod = _head_pod(settings, plan)
+    worker_pod = _worker_pod(settings, plan)
+
+    workers, most = plan.gpu_workers, plan.max_gpu_workers
     autoscaler = requests.RAY_AUTOSCALER
     return RayServiceManifest(
         metadata=ObjectMeta(
@@ -550,7 +532,23 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                     },
                     template=PodTemplate(spec=head_pod),
                 ),
-                worker_group_specs=worker_groups(settings, plan),
+                worker_group_specs=[
+                    WorkerGroupSpec(
+                        group_name="gpu-workers",
+                        replicas=workers,
+                        min_replicas=workers,
+                        max_replicas=most,
+                        ray_start_params={"num-gpus": str(tp), **ray_ports.ray_start_params(head=False)},
+                        template=PodTemplate(
+                            # Cluster Autoscaler never drains a node from under a serving worker; Ray's
+                            # autoscaler removes idle workers first, and then the node is empty.
+                            metadata=PodMetadata(annotations={SAFE_TO_EVICT: "false"}),
+                            spec=worker_pod,
+                        ),
+                    )
+                ]
+                if not plan.split_workers
+                else [side_worker_group(settings, plan, side) for side in plan.sides],
             ),
         ),
     )

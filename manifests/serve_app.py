@@ -30,6 +30,10 @@ from config.serving import ModelConfig, ServingConfig, Side
 from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+SIDE_RESOURCES = {"prefill": "prefill-worker", "decode": "decode-worker"}
+"""The Ray resource each side's worker group advertises, one per GPU, where the sides have node groups
+of their own. Never a name ending in `gpu`: KubeRay 1.7 reads a group resource of that name as the GPU
+count (ray-operator/controllers/ray/utils/resources.go `IsGPUResourceKey`)."""
 VLLM_KV_LEASE_SECONDS = 30
 """vLLM 0.26's NixlConnector lease when none is given (nixl/base_scheduler.py:70-76): rendered only when
 model.kvLeaseSeconds differs, so a stack that keeps it sees no serve-config change."""
@@ -157,12 +161,19 @@ class CallbackConfig(ServeModel):
     callback_class: str = Field(pattern=r"^[\w.]+:\w+$")
 
 
-class PlacementGroupConfig(ServeModel):
-    """Ray Serve LLM's `placement_group_config` (ray/llm/_internal/common/placement.py:47): one bundle
-    per GPU of the replica (`bundle_per_worker`, repeated tensor_parallel_size times), all on one node."""
+class PlacementBundle(ServeModel):
+    """One engine worker's bundle: a GPU, and one unit of the side's own Ray resource."""
 
-    bundle_per_worker: dict[str, int]
-    strategy: Literal["STRICT_PACK"] = "STRICT_PACK"
+    model_config = ConfigDict(extra="allow", frozen=True)
+    GPU: float = Field(gt=0)
+
+
+class PlacementGroupConfig(ServeModel):
+    """LLMConfig.placement_group_config: Ray 2.58 repeats `bundle_per_worker` once per engine worker
+    (tensor x pipeline parallel size) and keeps the default strategy, PACK
+    (ray/llm/_internal/serve/engines/vllm/vllm_models.py `placement_bundles`, `placement_strategy`)."""
+
+    bundle_per_worker: PlacementBundle
 
 
 class LLMSide(ServeModel):
@@ -171,23 +182,8 @@ class LLMSide(ServeModel):
     deployment_config: DeploymentConfig
     callback_config: CallbackConfig | None = None
     placement_group_config: PlacementGroupConfig | None = None
-    """None: Ray Serve LLM's default, `tensor_parallel_size` bundles of one GPU, PACK (best effort on
-    one node), on any worker: the sides' pods are all alike."""
-
-
-SIDE_RESOURCE = {"prefill": "pd_prefill_slot", "decode": "pd_decode_slot"}
-"""The Ray resource each side's worker group offers, one per GPU, and each of the side's placement
-bundles takes with its GPU: a replica then lands only on its own side's pods (`side_placement`). Not
-ending in `gpu`: KubeRay reads any group resource whose name ends in "gpu" as the GPU count
-(ray-operator/controllers/ray/utils/resources.go:8-12, `IsGPUResourceKey`, v1.7.0)."""
-
-
-def side_placement(side: Side) -> PlacementGroupConfig:
-    """Where the sides' pods differ (manifests/rayservice.py gives each side a worker group of its
-    own): each bundle takes a GPU and one of the side's slots, and STRICT_PACK keeps a replica's bundles
-    on one pod. Without the slot, a prefill bundle of one GPU could take a GPU of a decode pod (PACK or
-    not), and decode's replica would then wait for a pod the node group may not have room for."""
-    return PlacementGroupConfig(bundle_per_worker={"GPU": 1, SIDE_RESOURCE[side]: 1})
+    """Where the sides have worker groups of their own: each engine worker asks for one unit of its
+    side's Ray resource, which only that side's worker group advertises (manifests/rayservice.py)."""
 
 
 class PDArgs(ServeModel):
@@ -391,12 +387,17 @@ def _side(
     engine_id: str,
     deployment: DeploymentConfig,
     kv_path: KvPath | None,
-    placement: PlacementGroupConfig | None = None,
+    pinned: bool = False,
 ) -> LLMSide:
     """`model`: the side's engine (`ModelConfig.side`). `engine_id` and `kv_path`: the side's NIXL
-    connector; `kv_path` None: none (aggregated). `placement`: the side's own workers (`side_placement`)."""
+    connector; `kv_path` None: none (aggregated).
+    `pinned`: the side's engine workers run only on its own worker group (`SIDE_RESOURCES`)."""
     return LLMSide(
-        placement_group_config=placement,
+        placement_group_config=PlacementGroupConfig(
+            bundle_per_worker=PlacementBundle.model_validate({"GPU": 1, SIDE_RESOURCES[engine_id]: 1})
+        )
+        if pinned
+        else None,
         callback_config=CallbackConfig(callback_class=NODE_CACHE_CALLBACK)
         if isinstance(source, CloudMirror)
         else None,
@@ -438,11 +439,11 @@ def _pd_application(
     scaling: ScalingSettings,
     serving: ServingConfig | None,
     scope: Mapping[str, str] | None = None,
+    pinned: bool = False,
 ) -> ServeApplication:
     """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL, each
-    with its own engine settings (`ModelConfig.side`)."""
+    with its own engine settings (`ModelConfig.side`). `pinned`: each side on its own worker group."""
     prefill, decode = model.side("prefill"), model.side("decode")
-    own_workers = model.split_tensor_parallel
     return ServeApplication(
         name=name,
         args=PDArgs(
@@ -462,7 +463,7 @@ def _pd_application(
                     prefill,
                 ),
                 kv_path,
-                side_placement("prefill") if own_workers else None,
+                pinned,
             ),
             decode_config=_side(
                 decode,
@@ -480,7 +481,7 @@ def _pd_application(
                     decode,
                 ),
                 kv_path,
-                side_placement("decode") if own_workers else None,
+                pinned,
             ),
         ),
     )
@@ -532,17 +533,18 @@ def build_serve_config(
     serving: ServingConfig | None = None,
     mode: Literal["disaggregated", "aggregated"] = "disaggregated",
     policy_scope: Mapping[str, str] | None = None,
+    pinned: bool = False,
 ) -> ServeConfig:
     """`s3_uri`: load the weights from this S3 prefix (the model cache) instead of `model.source`.
     Streaming them into the GPUs (`load_format: runai_streamer`) is broken with an S3 source in Ray
     2.58 (ray-project/ray#64996, fixed for 2.59): once the image has 2.59, add it to `_side`'s
     engine kwargs. `mode`: `serving.mode`, which builder's application. `policy_scope`: the LLM-signal
-    policy's pod selectors (`llm_policy`)."""
+    policy's pod selectors (`llm_policy`). `pinned`: each side on its own worker group (`SIDE_RESOURCES`)."""
     source: str | CloudMirror = CloudMirror(bucket_uri=s3_uri) if s3_uri else model.source
     scaling = scaling or ScalingSettings()  # type: ignore[call-arg]
     application = (
         _aggregated_application(application_name, model, source, scaling, serving, policy_scope)
         if mode == "aggregated"
-        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope)
+        else _pd_application(application_name, model, source, kv_path, scaling, serving, policy_scope, pinned)
     )
     return ServeConfig(applications=[application])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings, versions
+from config.sides import side_nodes
 from manifests.bench import RESULT_MARKER, BenchOptions, bench_job
 from ops.kube import KubeApi, OpsError
 from planning import Plan
@@ -135,6 +136,32 @@ def kv_path_of(plan: Plan) -> dict[str, Any] | None:
     }
 
 
+def gpu_document(settings: Settings, plan: Plan) -> dict[str, Any]:
+    """What the run was measured on where each side has GPU nodes of its own: both sides together, as
+    one GPU type's fields say them, and each side's own (`sides`)."""
+    sides = {
+        side.side: {
+            "section": side.section,
+            "instance_type": side.gpu.name,
+            "gpu": side.gpu.describe_gpu(),
+            "gpus_per_node": side.gpu.gpus,
+            "nodes": side_nodes(settings, side.side).config.desired_size,
+            "workers": side.workers,
+            "gpus_per_worker": side.tensor_parallel_size,
+            "gpus": side.workers * side.tensor_parallel_size,
+        }
+        for side in plan.sides
+    }
+    return {
+        "instance_type": " + ".join(f"{s['instance_type']} ({name})" for name, s in sides.items()),
+        "gpu": " + ".join(f"{s['gpu']} ({name})" for name, s in sides.items()),
+        "nodes": sum(s["nodes"] for s in sides.values()),
+        "workers": sum(s["workers"] for s in sides.values()),
+        "gpus": sum(s["gpus"] for s in sides.values()),
+        "sides": sides,
+    }
+
+
 def run_document(
     stack: str,
     settings: Settings,
@@ -151,7 +178,7 @@ def run_document(
     gpu, tp = plan.gpu, plan.fit.tensor_parallel_size
     workers, gpus = plan.gpu_workers, plan.worker_gpus
     if ratio is not None:
-        sizes = [p.tensor_parallel_size for p in plan.side_pods]
+        sizes = [plan.side(side).tensor_parallel_size for side in ("prefill", "decode")]
         workers, gpus = sum(ratio), sum(n * size for n, size in zip(ratio, sizes, strict=True))
     return {
         "format": FORMAT,
@@ -159,7 +186,9 @@ def run_document(
         "stack": stack,
         "mode": plan.mode,
         "model": {"id": settings.model.id, "source": settings.model.source},
-        "gpu": {
+        "gpu": {**gpu_document(settings, plan), "workers": workers, "gpus": gpus}
+        if plan.split
+        else {
             "instance_type": gpu.name,
             "gpu": gpu.describe_gpu(),
             "gpus_per_node": gpu.gpus,

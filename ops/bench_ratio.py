@@ -70,7 +70,7 @@ def ratio_problems(settings: Settings, plan: Plan, ratios: Sequence[Ratio]) -> l
     problems = []
     for ratio in ratios:
         if plan.split_workers:
-            room = {p.side: p.max_workers for p in plan.side_pods}
+            room = {p.side: p.max_workers for p in plan.sides}
             over = [
                 f"{side} {n} > {room[side]}"
                 for side, n in zip(("prefill", "decode"), ratio, strict=True)

@@ -160,8 +160,14 @@ class Verdict:
     reason: str
 
 
+RAY_GROUP_LABEL = "ray.io/group"
+"""KubeRay's label of a pod's worker group (ray-operator/controllers/ray/utils/constant.go:21 at v1.7.0)."""
+
+
 def pick_pair(pods: Sequence[Mapping[str, Any]]) -> Pair | str:
-    """Two Running worker pods on different nodes, by name; a reason when there are none."""
+    """Two Running worker pods on different nodes, by name; a reason when there are none. Where the
+    sides have worker groups of their own (on two GPU types), a pair across the two groups: the path the
+    KV cache takes between the types."""
     running = sorted(
         (p for p in pods if (p.get("status") or {}).get("phase") == "Running"),
         key=lambda p: p["metadata"]["name"],
@@ -170,12 +176,18 @@ def pick_pair(pods: Sequence[Mapping[str, Any]]) -> Pair | str:
         return f"needs two Running GPU worker pods, found {len(running)}"
     first = running[0]
     node = first["spec"].get("nodeName", "?")
-    other = next((p for p in running[1:] if p["spec"].get("nodeName", "?") != node), None)
+    elsewhere = [p for p in running[1:] if p["spec"].get("nodeName", "?") != node]
+    group = _group(first)
+    other = next((p for p in elsewhere if _group(p) != group), elsewhere[0] if elsewhere else None)
     if other is None:
         return f"all {len(running)} GPU worker pods run on {node}: the KV cache never leaves that node"
     return Pair(
         first["metadata"]["name"], node, other["metadata"]["name"], other["spec"].get("nodeName", "?")
     )
+
+
+def _group(pod: Mapping[str, Any]) -> str:
+    return (pod["metadata"].get("labels") or {}).get(RAY_GROUP_LABEL, "")
 
 
 def serve_command(source: str, workdir: str, spec: ProbeSpec, nonce: str) -> list[str]:

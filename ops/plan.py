@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
+from config.sides import all_side_nodes, split
 from ops.kube import OpsError
 from ops.mocked_run import StackRun, run_offline
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
@@ -80,6 +81,27 @@ def run_plan(
             "the program refuses this stack (as `pulumi preview` would):\n" + "\n".join(message[-12:]),
             exit_code=2,
         ) from None
+
+
+def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str]) -> list[str]:
+    """The GPU nodes: one group, or each side's (`prefillNodes`, `decodeNodes`) in the one zone."""
+    parked = settings.autoscaling.parked
+    where = f"in {gpu_zone}"
+    cluster = f"cluster zones (mocked): {', '.join(zones)}"
+    if not split(settings):
+        gpu = settings.gpu_nodes
+        count = "0 (parked)" if parked else str(gpu.desired_size)
+        sizes = f"(min {gpu.min_size}, max {gpu.max_size})"
+        return [f"  GPU: {count} x {gpu.instance_type} {where} {sizes}; {cluster}"]
+    lines = []
+    for side in all_side_nodes(settings):
+        nodes = side.config
+        count = "0 (parked)" if parked else str(nodes.desired_size)
+        lines.append(
+            f"  GPU, {side.side} ({side.section}): {count} x {nodes.instance_type} {where} (min "
+            f"{nodes.min_size}, max {nodes.max_size})"
+        )
+    return [*lines, f"  both sides in one cluster placement group; {cluster}"]
 
 
 def resources_by_component(run: Any) -> list[tuple[str, int, Counter[str]]]:
@@ -157,12 +179,11 @@ def plan_report(
         lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
     summaries = [m for m in run.infos if not m.startswith(COST_HEADER)]  # the cost is one message
     lines += ["Hardware and fit:", *(f"  {m}" for m in summaries), ""]
-    gpu_nodes = "0 (parked)" if settings.autoscaling.parked else str(gpu.desired_size)
+    gpu_zone = run.exports.get("gpuAvailabilityZone", "?")
     lines += [
         "Nodes:",
         f"  system: {system.desired_size} x {system.instance_type} (up to {system.max_size})",
-        f"  GPU: {gpu_nodes} x {gpu.instance_type} in {run.exports.get('gpuAvailabilityZone', '?')} "
-        f"(min {gpu.min_size}, max {gpu.max_size}); cluster zones (mocked): {', '.join(zones)}",
+        *gpu_node_lines(settings, gpu_zone, zones),
         "",
     ]
     groups = resources_by_component(run)

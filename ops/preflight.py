@@ -23,6 +23,7 @@ import subprocess
 from dataclasses import dataclass
 
 from config import Settings
+from config.sides import all_side_nodes, split
 from ops.stack import PULUMI_INSTALL_URL, Runner
 from planning.catalog import CATALOG
 
@@ -92,9 +93,11 @@ def _first_line(text: str) -> str:
 
 
 def vcpus_needed(settings: Settings) -> dict[tuple[str, str], int]:
-    """The vCPUs each quota must allow for both node groups at maxSize."""
+    """The vCPUs each quota must allow for the node groups at maxSize: the system nodes and the GPU
+    nodes, or each side's where the sides have their own (`prefillNodes`, `decodeNodes`)."""
     needed: dict[tuple[str, str], int] = {}
-    for nodes in (settings.system_nodes, settings.gpu_nodes):
+    gpu_groups = [s.config for s in all_side_nodes(settings)] if split(settings) else [settings.gpu_nodes]
+    for nodes in (settings.system_nodes, *gpu_groups):
         spec = CATALOG.get(nodes.instance_type)
         vcpus = spec.vcpu if spec else nodes.instance_spec.vcpu if nodes.instance_spec else None
         if vcpus is None:

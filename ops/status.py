@@ -18,7 +18,7 @@ from manifests.endpoint.gateway import api_keys_name, load_balancer_service_name
 from manifests.pd_dashboard import NIXL_BYTES_BAND, STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes
-from planning.nodes import EFA_RESOURCE, GPU_RESOURCE
+from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, GPU_SIDE_LABEL
 
 GPU_NODE_SELECTOR = ",".join(f"{k}={v}" for k, v in nodes.GPU_NODE_SELECTOR.items())
 """The GPU nodes as a label selector (the seed's `role=gpu-worker`)."""
@@ -91,6 +91,9 @@ class GpuNodeInfo:
     zone: str
     gpus: int
     efa: int
+    side: str | None = None
+    """`prefill` or `decode` where the sides have node groups of their own (planning/nodes.py
+    GPU_SIDE_LABEL); None on shared GPU nodes."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,16 @@ class StatusReport:
             )
         lines.append("")
         lines.append(f"GPU nodes ({self.gpu_selector}): {len(self.gpu_nodes)}, with allocatable GPUs and EFA")
-        if self.gpu_nodes:
+        if self.gpu_nodes and any(n.side for n in self.gpu_nodes):
+            # Each side on nodes of its own: which side each node serves.
+            lines += _table(
+                ("NODE", "SIDE", "INSTANCE", "ZONE", GPU_RESOURCE, EFA_RESOURCE),
+                [
+                    (n.name, n.side or "-", n.instance_type, n.zone, str(n.gpus), str(n.efa))
+                    for n in self.gpu_nodes
+                ],
+            )
+        elif self.gpu_nodes:
             lines += _table(
                 ("NODE", "INSTANCE", "ZONE", GPU_RESOURCE, EFA_RESOURCE),
                 [(n.name, n.instance_type, n.zone, str(n.gpus), str(n.efa)) for n in self.gpu_nodes],
@@ -448,6 +460,7 @@ def parse_gpu_node(node: Mapping[str, Any]) -> GpuNodeInfo:
         zone=labels.get(ZONE_LABEL, "?"),
         gpus=resource_count(allocatable.get(GPU_RESOURCE)),
         efa=resource_count(allocatable.get(EFA_RESOURCE)),
+        side=labels.get(GPU_SIDE_LABEL),
     )
 
 

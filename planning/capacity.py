@@ -197,10 +197,19 @@ class FitReport:
 
 
 def fit_report(
-    model: ModelConfig, spec: InstanceType, worker: WorkerConfig, per_node: int, host_kv: bool = False
+    model: ModelConfig,
+    spec: InstanceType,
+    worker: WorkerConfig,
+    per_node: int,
+    host_kv: bool = False,
+    *,
+    tensor_parallel_size: int | None = None,
 ) -> FitReport:
     """`host_kv`: the KV buffers live in host memory (planning/kv_path.py), a copy of the worker's
-    whole KV cache, which the worker's memory must hold beside the page cache."""
+    whole KV cache, which the worker's memory must hold beside the page cache. `tensor_parallel_size`:
+    the side's, where a side runs its own (None: `model.tensorParallelSize`)."""
+    if tensor_parallel_size is not None and tensor_parallel_size != model.tensor_parallel_size:
+        model = model.model_copy(update={"tensor_parallel_size": tensor_parallel_size})
     known = KNOWN_MODELS.get(model.source)
     params = model.parameters_billions or (known.parameters_billions if known else None)
     checkpoint = model.checkpoint_gib or (known.checkpoint_gib if known else None)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import Settings
+from config.cluster import GpuNodesConfig
+from config.sides import all_side_nodes, gpu_instance_types, split
 from planning.reservation import CapacityPlan
 
 PRICE_REGION = "us-east-1"
@@ -72,7 +74,7 @@ def price_queries(settings: Settings) -> list[PriceQuery]:
             (("regionCode", region), ("productFamily", "Compute"), ("operation", "CreateOperation")),
         ),
         instance_query(region, settings.system_nodes.instance_type),
-        instance_query(region, settings.gpu_nodes.instance_type),
+        *(instance_query(region, t) for t in gpu_types(settings)),
         PriceQuery(
             "nat",
             "AmazonEC2",
@@ -161,6 +163,14 @@ class CostReport:
 def running_cost(settings: Settings, prices: dict[str, float | None], zones: int, gpu_nodes: int) -> str:
     """What the stack costs now, with the GPU nodes that run (for `ops status`)."""
     report = cost_report(settings, prices, zones)
+    if split(settings):
+        # The nodes that run are not told apart by side here: each side's line at desiredSize.
+        now = report.serving
+        total = CostReport.total(now)
+        shown = "unknown (no price cached: run `pulumi preview`)" if total is None else f"${total:,.2f}/h"
+        most = CostReport.total(report.at_most)
+        at_most = "unknown" if most is None else f"${most:,.2f}/h"
+        return f"Cost at desiredSize: {shown} on demand, {gpu_nodes} GPU node(s) running; at most {at_most}"
     gpu = report.serving[-1]
     now = (*report.serving[:-1], CostLine(gpu.part, gpu_nodes, gpu.unit_price))
     total = CostReport.total(now)
@@ -204,6 +214,8 @@ def cost_report(
         *([line("NAT gateways", nat_gateways, "nat")] if own else []),
         *([line("network load balancer", 1, "nlb")] if settings.endpoint.enabled else []),
     ]
+    if split(settings):
+        return _per_side_report(settings, fixed, line)
     gpu_key = f"ec2:{gpu.instance_type}"
     desired = 0 if settings.autoscaling.parked else gpu.desired_size
     if capacity and capacity.block:
@@ -231,6 +243,36 @@ def cost_report(
         at_most=(*fixed, line(f"GPU nodes ({gpu.instance_type})", gpu.max_size, gpu_key)),
         parked=(*fixed, line(f"GPU nodes ({gpu.instance_type})", 0, gpu_key)),
     )
+
+
+def _per_side_report(
+    settings: Settings, fixed: list[CostLine], line: Callable[[str, int, str], CostLine]
+) -> CostReport:
+    """Each side's GPU nodes on a line of their own (`prefillNodes`, `decodeNodes`), prefill's first."""
+    parked = settings.autoscaling.parked
+
+    def sides(count: Callable[[GpuNodesConfig], int]) -> tuple[CostLine, ...]:
+        return tuple(
+            line(
+                f"{s.side} GPU nodes ({s.config.instance_type})",
+                count(s.config),
+                f"ec2:{s.config.instance_type}",
+            )
+            for s in all_side_nodes(settings)
+        )
+
+    return CostReport(
+        region=settings.region,
+        serving=(*fixed, *sides(lambda c: 0 if parked else c.desired_size)),
+        at_most=(*fixed, *sides(lambda c: c.max_size)),
+        parked=(*fixed, *sides(lambda c: 0)),
+    )
+
+
+def gpu_types(settings: Settings) -> list[str]:
+    """The GPU instance types whose price the report needs: one, or each side's."""
+    types = gpu_instance_types(settings)
+    return [types] if isinstance(types, str) else types
 
 
 class PriceCache:

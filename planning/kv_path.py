@@ -41,7 +41,7 @@ ceiling not reached by far) falls below it, or `ops verify` sees the other mecha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from config import PROJECT, ConfigError
@@ -321,3 +321,42 @@ def plan_kv_path(model: ModelConfig, gpu: InstanceType) -> tuple[KvPath, list[st
             )
         )
     return KvPath(backends, device, mechanism, reason), warnings
+
+
+def weaker_end(prefill: InstanceType, decode: InstanceType) -> InstanceType:
+    """The end of the KV path that sets its mechanism, where the sides run on two GPU types: both ends
+    register the same kind of buffer with NIXL (one `kv_buffer_device` for the pair), and an RDMA read
+    needs GPUDirect RDMA at both ends, so the end without it decides; at equal footing, the one whose
+    network is slower (it sets the floor too)."""
+
+    def strength(gpu: InstanceType) -> tuple[bool, float]:
+        return gpu.gpudirect_rdma, gpu.network_gbps or 0.0
+
+    return prefill if strength(prefill) <= strength(decode) else decode
+
+
+def plan_kv_path_between(
+    model: ModelConfig, prefill: InstanceType, decode: InstanceType
+) -> tuple[KvPath, list[str]]:
+    """The KV path between two GPU types: the weaker end's (`weaker_end`); one type, `plan_kv_path`."""
+    if prefill.name == decode.name:
+        return plan_kv_path(model, prefill)
+    weaker = weaker_end(prefill, decode)
+    path, warnings = plan_kv_path(model, weaker)
+    stronger = decode if weaker is prefill else prefill
+    if stronger.gpudirect_rdma and not weaker.gpudirect_rdma:
+        path = replace(
+            path,
+            reason=f"{path.reason} ({stronger.name} has GPUDirect RDMA, but its peer {weaker.name} does "
+            "not, and the weaker end sets the path)",
+        )
+    return path, warnings
+
+
+def slower_floor(floors: list[TransferFloor]) -> TransferFloor:
+    """Of the two ends' floors, the one with the lower rate to expect (a transfer is as fast as its
+    slower end); an end whose rate is not known makes the pair's unknown."""
+    unknown = [f for f in floors if f.expected_gbytes_s is None]
+    if unknown:
+        return unknown[0]
+    return min(floors, key=lambda f: (f.expected_gbytes_s or (0.0, 0.0))[1])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import PROJECT, Settings
+from config.sides import side_nodes
 
 SYSTEM_NODE_LABELS = {"role": "system"}
 """Labels of the CPU system nodes; the KubeRay operator and the Ray head select them."""
@@ -21,6 +22,10 @@ GPU_NODE_LABELS = {
 
 GPU_NODE_SELECTOR = {"role": GPU_NODE_LABELS["role"]}
 """What the Ray workers and the device plugins select (the seed's `role=gpu-worker`)."""
+
+GPU_SIDE_LABEL = "ray-llm-eks/side"
+"""Where each side has a GPU node group of its own (`prefillNodes`, `decodeNodes`): the label its nodes
+carry (`prefill`, `decode`) and its worker group selects."""
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 """Taint `nvidia.com/gpu=true:NoSchedule` keeps pods that do not tolerate it off the GPU nodes."""
@@ -88,6 +93,14 @@ class Placement:
             return dict(GPU_NODE_SELECTOR)
         return {self.stack_key: "gpu"}
 
+    def side_labels(self, side: str) -> dict[str, str]:
+        """What a side's own GPU node group carries: the GPU labels and the side's."""
+        return {**self.gpu_labels, GPU_SIDE_LABEL: side}
+
+    def side_selector(self, side: str) -> dict[str, str]:
+        """What a side's own worker group selects: the GPU nodes of its side."""
+        return {**self.gpu_selector, GPU_SIDE_LABEL: side}
+
     @property
     def gpu_taint(self) -> dict[str, str]:
         """The GPU nodes' taint, when `gpuNodes.taint` (`gpu_taints`)."""
@@ -113,7 +126,8 @@ def placement(settings: Settings) -> Placement:
     existing = bool(settings.cluster.existing_cluster_name)
     return Placement(
         stack_key=f"{PROJECT}/{settings.serving.namespace}" if existing else None,
-        gpu_tainted=settings.gpu_nodes.taint,
+        # The sides' own sections agree on it (config/settings.py).
+        gpu_tainted=side_nodes(settings, "prefill").config.taint,
     )
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
-from config.serving import SIDES, ModelConfig, Side
+from config.serving import SIDES, Side
+from config.sides import SideNodes, all_side_nodes, split
 from planning.arns import check_arns
 from planning.capacity import (
     GIB,
@@ -43,7 +44,9 @@ from planning.kv_path import (
     TransferFloor,
     crossing,
     plan_kv_path,
+    plan_kv_path_between,
     prefix_cache,
+    slower_floor,
     transfer_floor,
 )
 from planning.model_cache import ModelCachePlan, plan_model_cache
@@ -53,22 +56,34 @@ from planning.upgrades import UpgradePlan, plan_upgrades
 
 
 @dataclass(frozen=True)
-class SidePods:
-    """One side's GPU worker pods, by its own tensor-parallel size (`ModelConfig.side`)."""
+class SidePlan:
+    """What one side, prefill or decode, runs on: its GPU type, its workers and whether the model fits."""
 
-    side: Side
+    side: Literal["prefill", "decode"]
+    section: str
+    """The stack-file section of its nodes: `prefillNodes`, `decodeNodes`, or `gpuNodes` (shared)."""
+    gpu: InstanceType
     tensor_parallel_size: int
     pods_per_node: int
-    """This side's worker pods one GPU node hosts (GPUs / its tensorParallelSize, at most one per EFA
-    interface)."""
     workers: int
-    """This side's replicas at least, one pod each."""
+    """The side's worker pods at least: one per replica."""
     max_workers: int
-    """This side's replicas at most, when Serve scales it up."""
     worker: WorkerResources
     efa_per_worker: int
     shm_size: str
     fit: FitReport
+    kv_floor: TransferFloor
+    """What this end of the KV path carries (the pair's floor is the slower end's)."""
+
+    def hardware_summary(self) -> str:
+        gpu, tp = self.gpu, self.tensor_parallel_size
+        return (
+            f"{self.side} on {self.section}: {gpu.name} (per {gpu.origin}): {gpu.vcpu} vCPU, "
+            f"{gpu.memory_gib} GiB, {gpu.gpus} x {gpu.gpu_model} {gpu.gpu_memory_gib:g} GiB, "
+            f"{gpu.efa_interfaces} EFA, GPUDirect RDMA {'yes' if gpu.gpudirect_rdma else 'no'}; "
+            f"{self.pods_per_node} worker(s) per node, each {tp} GPU, {self.efa_per_worker} EFA, "
+            f"{self.worker.cpu} CPU, {self.worker.memory} memory, /dev/shm {self.shm_size}"
+        )
 
 
 @dataclass(frozen=True)
@@ -113,24 +128,48 @@ class Plan:
     """What preview should say but not refuse."""
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
-    side_pods: tuple[SidePods, ...] = ()
-    """Prefill's and decode's worker pods, each by its own tensor-parallel size. Where the two sizes
-    are the same (always with `serving.mode: aggregated`), `gpu_pods_per_node`, `worker`,
-    `efa_per_worker`, `shm_size` and `fit` above describe both sides' pods; otherwise they are decode's,
-    and each side has a KubeRay worker group of its own (`split_workers`)."""
+    sides: tuple[SidePlan, ...] = ()
+    """Where the sides run on GPU node groups of their own (`prefillNodes`, `decodeNodes`), or on shared
+    gpuNodes at tensor-parallel sizes of their own: prefill's and decode's plans, and the fields above
+    are prefill's (the KV path and floor the pair's). Empty where both run alike on `gpuNodes`."""
 
-    def side(self, side: Side) -> SidePods:
-        return next(p for p in self.side_pods if p.side == side)
+    @property
+    def split(self) -> bool:
+        """Whether each side has a GPU node group (and a worker group) of its own."""
+        return any(s.section != "gpuNodes" for s in self.sides)
+
+    @property
+    def split_workers(self) -> bool:
+        """Whether each side has a worker group of its own: on node groups of its own, or on shared
+        gpuNodes at a tensor-parallel size of its own (`model.<side>.tensorParallelSize`)."""
+        return bool(self.sides)
+
+    def side(self, side: Literal["prefill", "decode"]) -> SidePlan:
+        """The side's plan: its own, or on shared `gpuNodes` the stack's."""
+        for found in self.sides:
+            if found.side == side:
+                return found
+        return SidePlan(
+            side=side,
+            section="gpuNodes",
+            gpu=self.gpu,
+            tensor_parallel_size=self.fit.tensor_parallel_size,
+            pods_per_node=self.gpu_pods_per_node,
+            workers=self.gpu_workers,
+            max_workers=self.max_gpu_workers,
+            worker=self.worker,
+            efa_per_worker=self.efa_per_worker,
+            shm_size=self.shm_size,
+            fit=self.fit,
+            kv_floor=self.kv_floor,
+        )
 
     @property
     def worker_gpus(self) -> int:
         """GPUs the GPU workers take at least: each side's replicas x its tensor-parallel size."""
-        return sum(p.workers * p.tensor_parallel_size for p in self.side_pods)
-
-    @property
-    def split_workers(self) -> bool:
-        """Whether prefill and decode run in worker groups of their own (their pods differ)."""
-        return len({p.tensor_parallel_size for p in self.side_pods}) > 1
+        if not self.sides:
+            return self.gpu_workers * self.fit.tensor_parallel_size
+        return sum(p.workers * p.tensor_parallel_size for p in self.sides)
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -147,42 +186,37 @@ class Plan:
     def hardware_summary(self) -> str:
         """What each GPU node and worker gets, for the preview log."""
         gpu, tp = self.gpu, self.fit.tensor_parallel_size
-        node = (
+        return (
             f"{gpu.name} (per {gpu.origin}): {gpu.vcpu} vCPU, {gpu.memory_gib} GiB, {gpu.gpus} x "
             f"{gpu.gpu_model} {gpu.gpu_memory_gib:g} GiB, {gpu.efa_interfaces} EFA, GPUDirect RDMA "
-            f"{'yes' if gpu.gpudirect_rdma else 'no'}; "
-        )
-        if self.split_workers:
-            return node + "; ".join(
-                f"{p.side}: {p.pods_per_node} worker(s) per node, each {p.tensor_parallel_size} GPU, "
-                f"{p.efa_per_worker} EFA, {p.worker.cpu} CPU, {p.worker.memory} memory, /dev/shm {p.shm_size}"
-                for p in self.side_pods
-            )
-        return node + (
-            f"{self.gpu_pods_per_node} worker(s) per node, each "
+            f"{'yes' if gpu.gpudirect_rdma else 'no'}; {self.gpu_pods_per_node} worker(s) per node, each "
             f"{tp} GPU, {self.efa_per_worker} EFA, {self.worker.cpu} CPU, {self.worker.memory} memory, "
             f"/dev/shm {self.shm_size}"
         )
 
-    def fit_summaries(self) -> tuple[str, ...]:
-        """The fit check's line, one per side where the sides' engines differ."""
-        fits = {p.fit for p in self.side_pods}
-        if len(fits) <= 1:
-            return (self.fit.summary(),)
-        return tuple(f"{p.side}: {p.fit.summary()}" for p in self.side_pods)
-
     def summaries(self) -> tuple[str, ...]:
         """What the preview logs about the hardware, the fit and the KV path."""
+        if self.sides:
+            return (
+                *(
+                    line
+                    for side in self.sides
+                    for line in (side.hardware_summary(), f"{side.side}: {side.fit.summary()}")
+                ),
+                self.kv_path.summary(),
+                self.kv_floor.summary(),
+                self.kv_crossing.summary(),
+            )
         if self.mode == "aggregated":
             return (
                 self.hardware_summary(),
-                *self.fit_summaries(),
+                self.fit.summary(),
                 f"serving mode aggregated: {self.gpu_workers} replicas (build_openai_app), each prefilling "
                 "and decoding its own requests; no KV connector, no KV cache crosses nodes",
             )
         return (
             self.hardware_summary(),
-            *self.fit_summaries(),
+            self.fit.summary(),
             self.kv_path.summary(),
             self.kv_floor.summary(),
             self.kv_crossing.summary(),
@@ -194,15 +228,19 @@ def default_cluster_name(stack: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", f"{PROJECT}-{stack}")[:100].rstrip("-")
 
 
-def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[InstanceType, list[str]]:
-    nodes = settings.gpu_nodes
+def _gpu_type(
+    settings: Settings, ec2: Ec2InstanceType | None, side: SideNodes | None = None
+) -> tuple[InstanceType, list[str]]:
+    """`side`: a side's own nodes (`prefillNodes`, `decodeNodes`); None: `gpuNodes`."""
+    nodes = side.config if side else settings.gpu_nodes
+    section = side.section if side else "gpuNodes"
     spec, warnings = resolve(
-        nodes.instance_type, nodes.instance_spec, ec2, f"{PROJECT}:gpuNodes.instanceSpec"
+        nodes.instance_type, nodes.instance_spec, ec2, f"{PROJECT}:{section}.instanceSpec"
     )
     if spec is None:
         reason = (
             f"{nodes.instance_type!r} is not in the instance catalog, and offline nobody asks EC2; describe "
-            f"it with {PROJECT}:gpuNodes.instanceSpec, or pick a catalogued type"
+            f"it with {PROJECT}:{section}.instanceSpec, or pick a catalogued type"
         )
     elif not spec.has_gpu:
         reason = f"{nodes.instance_type!r} has no GPU"
@@ -211,11 +249,12 @@ def _gpu_type(settings: Settings, ec2: Ec2InstanceType | None) -> tuple[Instance
     else:
         return spec, warnings
     allowed = ", ".join(known_types(gpu=True, efa=True))
-    raise ConfigError([f"{PROJECT}:gpuNodes.instanceType: {reason}; catalogued: {allowed}"])
+    raise ConfigError([f"{PROJECT}:{section}.instanceType: {reason}; catalogued: {allowed}"])
 
 
-def _idle_gpus(settings: Settings, gpu: InstanceType, tp: int) -> tuple[str, str] | None:
+def _idle_gpus(settings: Settings, gpu: InstanceType) -> tuple[str, str] | None:
     """(what sits idle, with the numbers; what would use it), or None when every GPU works."""
+    tp = settings.model.tensor_parallel_size
     idle = idle_gpus(gpu, tp)
     if not idle:
         return None
@@ -304,14 +343,13 @@ def _prefix_router_without_cache(settings: Settings) -> list[str]:
     ]
 
 
-def _idle_nodes(
-    settings: Settings, gpu: InstanceType, per_node: int, max_workers: int, tp: int
-) -> str | None:
+def _idle_nodes(settings: Settings, gpu: InstanceType, per_node: int, max_workers: int) -> str | None:
     """The warning when the GPU workers, at their most (maximum replicas x tensorParallelSize), use
     fewer GPUs than the GPU nodes at desiredSize hold, with what to set; None when they can use them
     all, or when no GPU node runs (parked, or desiredSize 0). GPUs a node's EFA interfaces leave idle
     are `_idle_gpus`'."""
     nodes = 0 if settings.autoscaling.parked else settings.gpu_nodes.desired_size
+    tp = settings.model.tensor_parallel_size
     if not nodes or not per_node or max_workers >= nodes * per_node:
         return None
     used, held = max_workers * tp, nodes * gpu.gpus
@@ -441,205 +479,73 @@ def _capacity_problems(
     return found
 
 
-def _tp_key(model: ModelConfig, side: Side, aggregated: bool) -> str:
-    """The key that sets a side's tensor-parallel size: its own where the stack file has it."""
-    own = None if aggregated else getattr(model, side)
-    if own is not None and own.tensor_parallel_size is not None:
-        return f"model.{side}.tensorParallelSize"
-    return "model.tensorParallelSize"
+def plan_stack(
+    settings: Settings,
+    *,
+    stack: str,
+    ec2: Mapping[str, Ec2InstanceType] | None = None,
+    account_id: str | None = None,
+) -> Plan:
+    """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
+    `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
+    `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
+    disaggregated = settings.serving.mode == "disaggregated"
+    side_warnings = _side_engine_warnings(settings)
+    if split(settings) or (disaggregated and settings.model.split_tensor_parallel):
+        # Sides of different tensor-parallel sizes on shared gpuNodes: a worker group each, as on node
+        # groups of their own (both sections `gpuNodes`).
+        warnings = check_arns(settings, account_id) + exposure_warnings(settings) + side_warnings
+        return _plan_split(settings, stack=stack, ec2=ec2 or {}, account_id=account_id, warnings=warnings)
+    plan = _plan_shared(settings, stack=stack, ec2=ec2, account_id=account_id)
+    return replace(plan, warnings=(*plan.warnings, *side_warnings)) if side_warnings else plan
 
 
-def _side_keys_unused(settings: Settings) -> list[str]:
-    """`serving.mode: aggregated` runs one deployment on the shared keys: per-side ones do nothing."""
-    if settings.serving.mode != "aggregated":
-        return []
-    return [
-        f"{PROJECT}:model.{side} does nothing with {PROJECT}:serving.mode aggregated (one deployment runs "
-        "the shared model keys); it applies again when the mode is disaggregated"
-        for side in SIDES
-        if getattr(settings.model, side) is not None
-    ]
+def _side_engine_warnings(settings: Settings) -> list[str]:
+    """The sides' own engine settings (`model.prefill`, `model.decode`): a pair of tensor-parallel sizes
+    vLLM 0.26's NIXL connector cannot serve is refused (planning/tensor_parallel.py), what preview cannot
+    tell is said; with `serving.mode: aggregated` the side keys do nothing."""
+    if settings.serving.mode == "aggregated":
+        return [
+            f"{PROJECT}:model.{side} does nothing with {PROJECT}:serving.mode aggregated (one deployment "
+            "runs the shared model keys); it applies again when the mode is disaggregated"
+            for side in SIDES
+            if getattr(settings.model, side) is not None
+        ]
+    pairing = tensor_parallel_problems(settings.model)
+    if pairing:
+        raise ConfigError(pairing)
+    return tensor_parallel_warnings(settings.model)
 
 
-def _most(settings: Settings, side: Side) -> int:
-    own = settings.model.prefill_replicas if side == "prefill" else settings.model.decode_replicas
-    return getattr(settings.autoscaling, side).max_replicas or own
-
-
-def _side_pods(
-    settings: Settings, gpu: InstanceType, side: Side, engine: ModelConfig, host_kv: bool
-) -> SidePods:
-    """`side`'s worker pods, sized by its own tensor-parallel size."""
-    tp = engine.tensor_parallel_size
-    per_node = pods_per_node(gpu, tp)
-    resources = worker_resources(gpu, per_node, settings.serving.worker)
-    return SidePods(
-        side=side,
-        tensor_parallel_size=tp,
-        pods_per_node=per_node,
-        workers=settings.model.prefill_replicas if side == "prefill" else settings.model.decode_replicas,
-        max_workers=_most(settings, side),
-        worker=resources,
-        efa_per_worker=efa_per_pod(gpu, per_node),
-        shm_size=settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib),
-        fit=fit_report(engine, gpu, settings.serving.worker, per_node, host_kv=host_kv),
-    )
-
-
-def _nodes_for(gpu: InstanceType, engines: Mapping[Side, ModelConfig], settings: Settings, most: bool) -> int:
-    """GPU nodes the sides' pods fill, each side's pods on nodes of their own (a conservative count:
-    Kubernetes may also mix them on one node where GPUs and EFA interfaces allow)."""
-    total = 0
-    for side, engine in engines.items():
-        pods = _most(settings, side) if most else getattr(settings.model, f"{side}_replicas")
-        per_node = pods_per_node(gpu, engine.tensor_parallel_size)
-        total += -(-pods // per_node) if per_node else 0
-    return total
-
-
-def _split_pod_problems(
-    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig], warnings: list[str]
-) -> list[str]:
-    """`_worker_problems` and the idle-GPU check for each side's pods (their sizes differ)."""
-    problems: list[str] = []
-    for side, engine in engines.items():
-        tp = engine.tensor_parallel_size
-        per_node = pods_per_node(gpu, tp)
-        resources = worker_resources(gpu, per_node, settings.serving.worker)
-        shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
-        problems += _worker_problems(settings, gpu, per_node, shm)
-        idle = _idle_gpus(settings, gpu, tp)
-        if idle:
-            what = f"{idle[0].replace('tensorParallelSize', f'{side} tensorParallelSize', 1)}"
-            fix = idle[1].replace("model.tensorParallelSize", f"model.{side}.tensorParallelSize")
-            if settings.gpu_nodes.accept_idle_gpus:
-                warnings.append(f"{what}, as gpuNodes.acceptIdleGpus says; to use them: {fix}")
-            else:
-                problems.append(f"{what}; use {fix}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
-    return list(dict.fromkeys(problems))
-
-
-def _split_idle_nodes(
-    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig]
-) -> str | None:
-    """`_idle_nodes` where the sides' pods differ: the warning when the sides at their most fill fewer
-    GPU nodes (side by side, `_nodes_for`) than gpuNodes.desiredSize keeps."""
-    nodes = 0 if settings.autoscaling.parked else settings.gpu_nodes.desired_size
-    needed = _nodes_for(gpu, engines, settings, most=True)
-    if not nodes or needed >= nodes:
-        return None
-    used = sum(_most(settings, s) * e.tensor_parallel_size for s, e in engines.items())
-    sizes = ", ".join(
-        f"{s} {_most(settings, s)} x tensorParallelSize {e.tensor_parallel_size}" for s, e in engines.items()
-    )
-    return (
-        f"{PROJECT}:gpuNodes: the GPU workers use at most {used} GPU(s) ({sizes}), which fill {needed} "
-        f"{gpu.name} node(s), but gpuNodes.desiredSize is {nodes}: {nodes - needed} node(s) paid for and "
-        f"idle; set gpuNodes.desiredSize {needed} (and minSize/maxSize to match), or more replicas "
-        "(model.prefillReplicas and model.decodeReplicas, or autoscaling's maxReplicas)"
-    )
-
-
-def _split_capacity_problems(
-    settings: Settings, gpu: InstanceType, engines: Mapping[Side, ModelConfig]
-) -> list[str]:
-    """The sides' pods at their most must fit gpuNodes.maxSize, counted node by node per side."""
-    nodes = _nodes_for(gpu, engines, settings, most=True)
-    found: list[str] = []
-    if nodes > settings.gpu_nodes.max_size:
-        sizes = ", ".join(
-            f"{side} {_most(settings, side)} x tensorParallelSize {e.tensor_parallel_size} "
-            f"({pods_per_node(gpu, e.tensor_parallel_size)} per node)"
-            for side, e in engines.items()
-        )
-        found.append(
-            f"{PROJECT}:gpuNodes.maxSize {settings.gpu_nodes.max_size}: the GPU workers at their most "
-            f"({sizes}) fill {nodes} {gpu.name} nodes; raise gpuNodes.maxSize (and desiredSize), or "
-            "lower model.prefillReplicas / model.decodeReplicas (autoscaling's maxReplicas)"
-        )
-    privileged = settings.serving.worker.privileges == "privileged"
-    if privileged and any(pods_per_node(gpu, e.tensor_parallel_size) > 1 for e in engines.values()):
-        found.append(
-            f"{PROJECT}:serving.worker.privileges is privileged, but several workers share a {gpu.name} "
-            "(gpuNodes.instanceType, the sides' tensorParallelSize): a privileged container sees every GPU "
-            "of the node, so two workers would both start on GPU 0; use ipc-lock"
-        )
-    return found
-
-
-def _engines(settings: Settings, gpu: InstanceType, warnings: list[str]) -> dict[Side, ModelConfig]:
-    """Each side's engine as its LLMConfig runs it (aggregated: one deployment on the shared keys);
-    raises ConfigError for a side wider than the node, or a pair of sizes NIXL cannot serve."""
-    model = settings.model
-    aggregated = settings.serving.mode == "aggregated"
-    engines: dict[Side, ModelConfig] = {s: model if aggregated else model.side(s) for s in SIDES}
-    too_wide = [
-        f"{PROJECT}:{_tp_key(model, s, aggregated)}: {e.tensor_parallel_size} needs "
-        f"{e.tensor_parallel_size} GPUs in one pod, but {PROJECT}:gpuNodes.instanceType {gpu.name} has "
-        f"{gpu.gpus}"
-        for s, e in engines.items()
-        if e.tensor_parallel_size > gpu.gpus
-    ]
-    if too_wide:
-        raise ConfigError(list(dict.fromkeys(too_wide)))
-    if not aggregated:
-        pairing = tensor_parallel_problems(model)
-        if pairing:
-            raise ConfigError(pairing)
-        warnings += tensor_parallel_warnings(model)
-    warnings += _side_keys_unused(settings)
-    return engines
-
-
-def _pod_problems(
+def _shared_fit(
     settings: Settings,
     gpu: InstanceType,
     per_node: int,
-    shm: str,
-    max_workers: int,
-    tp: int,
-    warnings: list[str],
-) -> list[str]:
-    """Both sides' pods alike: what could never be scheduled, and GPUs or nodes left idle."""
-    problems = _worker_problems(settings, gpu, per_node, shm)
-    idle = _idle_gpus(settings, gpu, tp)
-    if idle and settings.gpu_nodes.accept_idle_gpus:
-        warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
-    elif idle:
-        problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
-    idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers, tp)
-    if idle_nodes:
-        warnings.append(idle_nodes)
-    return problems
-
-
-def _fit_problems(
-    settings: Settings,
-    gpu: InstanceType,
-    engines: Mapping[Side, ModelConfig],
-    side_pods: tuple[SidePods, ...],
     host_kv: bool,
+    problems: list[str],
     warnings: list[str],
-) -> list[str]:
-    """The fit check: once where both sides run the same engine (as the shared keys give it), else once
-    per side, naming it."""
-    problems: list[str] = []
-    checked: dict[FitReport, Side] = {p.fit: p.side for p in side_pods}
-    for report, side in checked.items():
-        key = "model" if len(checked) == 1 else f"model ({side})"
+) -> FitReport:
+    """The fit check on the shared gpuNodes: once where both sides run the shared engine, else once per
+    side's own (`model.<side>`, e.g. its gpuMemoryUtilization), naming it; prefill's report."""
+    model = settings.model
+    aggregated = settings.serving.mode == "aggregated"
+    engines = {s: model if aggregated else model.side(s) for s in SIDES}
+    own = any(e is not model for e in engines.values())
+    for engine, key in [(e, f"model ({s})") for s, e in engines.items()] if own else [(model, "model")]:
+        report = fit_report(engine, gpu, settings.serving.worker, per_node, host_kv=host_kv)
         if report.fits:
             continue
-        if settings.model.fit_check == "warn":
+        if model.fit_check == "warn":
             warnings.append(f"{PROJECT}:{key}: {report.summary()} (model.fitCheck is warn: going on)")
         else:
             # The fixes first: where the model would fit, then the way to go on regardless.
-            elsewhere = fits_elsewhere(engines[side], gpu, settings.serving.worker, host_kv)
+            elsewhere = fits_elsewhere(engine, gpu, settings.serving.worker, host_kv)
             fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
             problems.append(f"{PROJECT}:{key}: {report.summary()}{fixes}; or set model.fitCheck: warn")
-    return problems
+    return fit_report(engines["prefill"], gpu, settings.serving.worker, per_node, host_kv=host_kv)
 
 
-def plan_stack(
+def _plan_shared(
     settings: Settings,
     *,
     stack: str,
@@ -654,9 +560,14 @@ def plan_stack(
     gpu, warnings = _gpu_type(settings, ec2.get(settings.gpu_nodes.instance_type))
     warnings += arn_warnings
     model = settings.model
-    aggregated = settings.serving.mode == "aggregated"
-    engines = _engines(settings, gpu, warnings)
-    tp = engines["decode"].tensor_parallel_size
+    tp = model.tensor_parallel_size
+    if tp > gpu.gpus:
+        raise ConfigError(
+            [
+                f"{PROJECT}:model.tensorParallelSize: {tp} needs {tp} GPUs in one pod, but "
+                f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus}"
+            ]
+        )
     system_nodes = settings.system_nodes
     system, system_warnings = resolve(
         system_nodes.instance_type,
@@ -683,34 +594,31 @@ def plan_stack(
     max_workers = (scaling.prefill.max_replicas or model.prefill_replicas) + (
         scaling.decode.max_replicas or model.decode_replicas
     )
-    split = len({e.tensor_parallel_size for e in engines.values()}) > 1
     # The most the nodes ever host: Cluster Autoscaler grows the group up to maxSize.
     capacity = settings.gpu_nodes.max_size * per_node
     resources = worker_resources(gpu, per_node, settings.serving.worker)
     shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
-    problems = _head_problems(settings, system)
-    if split:
-        problems += _split_pod_problems(settings, gpu, engines, warnings)
-        warnings += [w for w in (_split_idle_nodes(settings, gpu, engines),) if w]
-    else:
-        problems += _pod_problems(settings, gpu, per_node, shm, max_workers, tp, warnings)
+    problems = _head_problems(settings, system) + _worker_problems(settings, gpu, per_node, shm)
+    idle = _idle_gpus(settings, gpu)
+    if idle and settings.gpu_nodes.accept_idle_gpus:
+        warnings.append(f"{idle[0]}, as gpuNodes.acceptIdleGpus says; to use them: {idle[1]}")
+    elif idle:
+        problems.append(f"{idle[0]}; use {idle[1]}, or set {PROJECT}:gpuNodes.acceptIdleGpus: true")
+    idle_nodes = _idle_nodes(settings, gpu, per_node, max_workers)
+    if idle_nodes:
+        warnings.append(idle_nodes)
     warnings += _kv_keys_unused(settings)
     warnings += _prefix_router_without_cache(settings)
-    if split:
-        # Nodes, not pods: a node full of one side's pods may have no room for the other side's.
-        capacity, cluster = settings.gpu_nodes.max_size, _nodes_for(gpu, engines, settings, most=True)
-        problems += _split_capacity_problems(settings, gpu, engines)
-    else:
-        cluster = max_workers
-        problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
+    problems += _capacity_problems(settings, gpu, per_node, workers, max_workers, capacity)
     try:
-        upgrade = plan_upgrades(settings, system, capacity, cluster)
+        upgrade = plan_upgrades(settings, system, capacity, max_workers)
     except ValueError as error:
         problems.append(str(error))
         upgrade = UpgradePlan(zero_downtime=False)
     # Aggregated, no KV connector runs: what the KV-transfer keys would do is not said, and a value that
     # could not work is no problem (`_kv_keys_unused` says they do nothing); the path stays the one
     # those keys give where it can be planned, so the workers' env and policies do not change.
+    aggregated = settings.serving.mode == "aggregated"
     try:
         kv_path, kv_warnings = plan_kv_path(model, gpu)
     except ConfigError as error:
@@ -721,15 +629,10 @@ def plan_stack(
         warnings += kv_warnings
     # Host KV buffers are NIXL's: an aggregated replica has none to hold.
     host_kv = settings.serving.mode == "disaggregated" and kv_path.buffer_device == "cpu"
-    side_pods = tuple(_side_pods(settings, gpu, s, engines[s], host_kv) for s in SIDES)
-    fit = side_pods[SIDES.index("decode")].fit
-    problems += _fit_problems(settings, gpu, engines, side_pods, host_kv, warnings)
+    fit = _shared_fit(settings, gpu, per_node, host_kv, problems, warnings)
     if problems:
         raise ConfigError(problems)
-    # The KV cache crosses in as many streams as the side with fewer ranks has (each rank moves its
-    # heads' share; the wider side's ranks read or are read in groups).
-    narrow = min(side_pods, key=lambda p: p.tensor_parallel_size)
-    kv_floor = transfer_floor(kv_path, gpu, narrow.efa_per_worker, narrow.tensor_parallel_size)
+    kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
     cluster_name = (
         settings.cluster.existing_cluster_name or settings.cluster.name or default_cluster_name(stack)
     )
@@ -746,12 +649,281 @@ def plan_stack(
         fit=fit,
         kv_path=kv_path,
         kv_floor=kv_floor,
-        kv_crossing=crossing(engines[narrow.side], kv_floor, narrow.tensor_parallel_size),
+        kv_crossing=crossing(model, kv_floor, tp),
         upgrade=upgrade,
         image=_image(settings),
         warnings=tuple(warnings),
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
         context=None if settings.cluster.existing_cluster_name else own_cluster(settings),
         mode=settings.serving.mode,
-        side_pods=side_pods,
     )
+
+
+def side_tensor_parallel_size(settings: Settings, side: Literal["prefill", "decode"]) -> tuple[int, str]:
+    """The side's tensor-parallel size and the key that sets it: the side's own
+    (`model.<side>.tensorParallelSize`, ModelConfig.side) where the stack file has it, else the shared
+    `model.tensorParallelSize`."""
+    own = getattr(settings.model, side)
+    if settings.serving.mode == "disaggregated" and own is not None and own.tensor_parallel_size:
+        return own.tensor_parallel_size, f"{PROJECT}:model.{side}.tensorParallelSize"
+    return settings.model.tensor_parallel_size, f"{PROJECT}:model.tensorParallelSize"
+
+
+def _side_replicas(settings: Settings, side: Literal["prefill", "decode"]) -> tuple[int, int, str]:
+    """(replicas at least, at most, the key of the most) of a side."""
+    model, scaling = settings.model, settings.autoscaling
+    least = model.prefill_replicas if side == "prefill" else model.decode_replicas
+    most = getattr(scaling, side).max_replicas
+    key = f"autoscaling.{side}.maxReplicas" if most else f"model.{side}Replicas"
+    return least, most or least, key
+
+
+def _side_problems(
+    settings: Settings, nodes: SideNodes, gpu: InstanceType, tp: int, tp_key: str
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of one side on its own GPU nodes: its workers against its nodes."""
+    section, config = f"{PROJECT}:{nodes.section}", nodes.config
+    _, most, most_key = _side_replicas(settings, nodes.side)
+    per_node = pods_per_node(gpu, tp)
+    problems: list[str] = []
+    warnings: list[str] = []
+    idle = idle_gpus(gpu, tp)
+    if idle:
+        better = tensor_parallel_for_all_gpus(gpu)
+        summary = (
+            f"{section}.instanceType {gpu.name} has {gpu.gpus} GPUs and {gpu.efa_interfaces} EFA "
+            f"interface(s); each {nodes.side} worker needs one, so a node hosts {per_node} worker(s) of "
+            f"{tp_key} {tp} and {idle} of its {gpu.gpus} GPUs sit idle"
+        )
+        fix = f"{tp_key} {better}" if better else "a type with one GPU per EFA interface"
+        if config.accept_idle_gpus:
+            warnings.append(f"{summary}, as {nodes.section}.acceptIdleGpus says; to use them: {fix}")
+        else:
+            problems.append(f"{summary}; use {fix}, or set {section}.acceptIdleGpus: true")
+    shared = not split(settings)  # both sides on gpuNodes: nodes counted together (`_shared_node_checks`)
+    capacity = config.max_size * per_node
+    if most > capacity and not shared:
+        problems.append(
+            f"{PROJECT}:{most_key} = {most} {nodes.side} workers at most, but {section}.maxSize "
+            f"{config.max_size} x {per_node} worker(s) per {gpu.name} hosts only {capacity}; raise "
+            f"{nodes.section}.maxSize (and desiredSize)"
+        )
+    if settings.serving.worker.privileges == "privileged" and per_node > 1 and most > 1:
+        problems.append(
+            f"{PROJECT}:serving.worker.privileges is privileged, but {per_node} {nodes.side} workers share "
+            f"a {gpu.name} ({section}.instanceType, {tp_key}): a privileged container sees every GPU of the "
+            "node, so two workers would both start on GPU 0; use ipc-lock, or a tensorParallelSize of all "
+            "the node's GPUs"
+        )
+    running = 0 if settings.autoscaling.parked or shared else config.desired_size
+    if running and per_node and most < running * per_node:
+        used, held = most * tp, running * gpu.gpus
+        warnings.append(
+            f"{section}: the {nodes.side} workers use at most {used} GPU(s) ({most} worker(s) x {tp_key} "
+            f"{tp}), but {nodes.section}.desiredSize {running} x {gpu.name} hold {held}: {held - used} "
+            f"GPU(s) paid for and idle; set {nodes.section}.desiredSize {-(-most // per_node)}, or more "
+            f"{nodes.side} replicas"
+        )
+    return problems, warnings
+
+
+def _nodes_for(settings: Settings, gpu: InstanceType, sizes: Mapping[Side, int]) -> int:
+    """GPU nodes the sides' pods at their most fill, each side's pods on nodes of their own (a
+    conservative count: Kubernetes may also mix them on one node where GPUs and EFA interfaces allow)."""
+    total = 0
+    for side, tp in sizes.items():
+        per_node = pods_per_node(gpu, tp)
+        total += -(-_side_replicas(settings, side)[1] // per_node) if per_node else 0
+    return total
+
+
+def _shared_node_checks(
+    settings: Settings, gpu: InstanceType, sizes: Mapping[Side, int], warnings: list[str]
+) -> list[str]:
+    """Both sides on `gpuNodes` at different tensor-parallel sizes: the nodes the sides fill together
+    against gpuNodes.maxSize (a problem) and desiredSize (idle nodes, a warning)."""
+    nodes = _nodes_for(settings, gpu, sizes)
+    described = ", ".join(
+        f"{side} {_side_replicas(settings, side)[1]} x tensorParallelSize {tp} "
+        f"({pods_per_node(gpu, tp)} per node)"
+        for side, tp in sizes.items()
+    )
+    config = settings.gpu_nodes
+    running = 0 if settings.autoscaling.parked else config.desired_size
+    if running and nodes < running:
+        warnings.append(
+            f"{PROJECT}:gpuNodes: the GPU workers at their most ({described}) fill {nodes} {gpu.name} "
+            f"node(s), but gpuNodes.desiredSize is {running}: {running - nodes} node(s) paid for and idle; "
+            f"set gpuNodes.desiredSize {nodes} (and minSize/maxSize to match), or more replicas"
+        )
+    if nodes > config.max_size:
+        return [
+            f"{PROJECT}:gpuNodes.maxSize {config.max_size}: the GPU workers at their most ({described}) fill "
+            f"{nodes} {gpu.name} nodes; raise gpuNodes.maxSize (and desiredSize), or lower "
+            "model.prefillReplicas / model.decodeReplicas (autoscaling's maxReplicas)"
+        ]
+    return []
+
+
+def _split_system(
+    settings: Settings, ec2: Mapping[str, Ec2InstanceType], warnings: list[str]
+) -> InstanceType | None:
+    """The system node type of a plan with per-side GPU nodes, adding what preview says about it and
+    the cluster's version to `warnings` (as `_plan_shared` does)."""
+    system_nodes = settings.system_nodes
+    system, system_warnings = resolve(
+        system_nodes.instance_type,
+        system_nodes.instance_spec,
+        ec2.get(system_nodes.instance_type),
+        f"{PROJECT}:systemNodes.instanceSpec",
+    )
+    warnings += system_warnings
+    if system is None:
+        warnings.append(
+            f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
+            f"catalog: describe it with {PROJECT}:systemNodes.instanceSpec so preview can check that the "
+            "Ray head fits"
+        )
+    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
+    if extended:
+        warnings.append(
+            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
+            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
+        )
+    return system
+
+
+def _side_plan(
+    settings: Settings,
+    nodes: SideNodes,
+    gpu: InstanceType,
+    tp: int,
+    tp_key: str,
+    kv_path: KvPath,
+    problems: list[str],
+    warnings: list[str],
+) -> SidePlan:
+    """One side on its own GPU nodes: its workers and the fit on its type at its tensor-parallel size,
+    adding what cannot work to `problems` and what preview says to `warnings`."""
+    model = settings.model.side(nodes.side)  # the side's own engine (gpuMemoryUtilization, ...)
+    host_kv = kv_path.buffer_device == "cpu"
+    per_node = pods_per_node(gpu, tp)
+    resources = worker_resources(gpu, per_node, settings.serving.worker)
+    shm = settings.serving.worker.shm_size or shm_size(tp, resources.memory_gib)
+    problems += _worker_problems(settings, gpu, per_node, shm)
+    side_problems, side_warnings = _side_problems(settings, nodes, gpu, tp, tp_key)
+    problems += side_problems
+    warnings += side_warnings
+    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv, tensor_parallel_size=tp)
+    where = f"{nodes.side} on {PROJECT}:{nodes.section}.instanceType {gpu.name}"
+    if not fit.fits and model.fit_check == "warn":
+        warnings.append(f"{PROJECT}:model: {where}: {fit.summary()} (model.fitCheck is warn: going on)")
+    elif not fit.fits:
+        sized = model.model_copy(update={"tensor_parallel_size": tp})
+        elsewhere = fits_elsewhere(sized, gpu, settings.serving.worker, host_kv)
+        fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+        fixes = fixes.replace("gpuNodes.", f"{nodes.section}.")
+        problems.append(f"{PROJECT}:model: {where}: {fit.summary()}{fixes}; or set model.fitCheck: warn")
+    least, most, _ = _side_replicas(settings, nodes.side)
+    efa = efa_per_pod(gpu, per_node)
+    return SidePlan(
+        side=nodes.side,
+        section=nodes.section,
+        gpu=gpu,
+        tensor_parallel_size=tp,
+        pods_per_node=per_node,
+        workers=least,
+        max_workers=most,
+        worker=resources,
+        efa_per_worker=efa,
+        shm_size=shm,
+        fit=fit,
+        kv_floor=transfer_floor(kv_path, gpu, efa, tp),
+    )
+
+
+def _plan_split(
+    settings: Settings,
+    *,
+    stack: str,
+    ec2: Mapping[str, Ec2InstanceType],
+    account_id: str | None,
+    warnings: list[str],
+) -> Plan:
+    """`plan_stack` where each side has a GPU node group of its own (`prefillNodes`, `decodeNodes`):
+    each side's type, workers and fit against its own nodes, the KV path between the two types."""
+    model = settings.model
+    problems: list[str] = []
+    sides = all_side_nodes(settings)
+    gpus: list[InstanceType] = []
+    for nodes in sides:
+        gpu, found = _gpu_type(settings, ec2.get(nodes.config.instance_type), nodes)
+        warnings += [w for w in found if w not in warnings]
+        gpus.append(gpu)
+    sizes = [side_tensor_parallel_size(settings, nodes.side) for nodes in sides]
+    too_wide = [
+        f"{key}: {tp} needs {tp} GPUs in one {nodes.side} pod, but {PROJECT}:{nodes.section}.instanceType "
+        f"{gpu.name} has {gpu.gpus}"
+        for nodes, gpu, (tp, key) in zip(sides, gpus, sizes, strict=True)
+        if tp > gpu.gpus
+    ]
+    if too_wide:
+        raise ConfigError(too_wide)
+    system = _split_system(settings, ec2, warnings)
+    problems += _head_problems(settings, system)
+    kv_path, kv_warnings = plan_kv_path_between(model, gpus[0], gpus[1])
+    warnings += kv_warnings
+    plans = [
+        _side_plan(settings, nodes, gpu, tp, tp_key, kv_path, problems, warnings)
+        for nodes, gpu, (tp, tp_key) in zip(sides, gpus, sizes, strict=True)
+    ]
+    warnings += _kv_keys_unused(settings)
+    warnings += _prefix_router_without_cache(settings)
+    # Zero-downtime upgrades need room for a second cluster on each side's nodes: the tighter side decides.
+    tightest = min(
+        plans,
+        key=lambda p: (sides[SIDE_INDEX[p.side]].config.max_size * p.pods_per_node) / (2 * p.max_workers),
+    )
+    capacity = sides[SIDE_INDEX[tightest.side]].config.max_size * tightest.pods_per_node
+    cluster = tightest.max_workers
+    if not split(settings):  # one gpuNodes group for both sides: counted in nodes, side by side
+        sized: dict[Side, int] = {p.side: p.tensor_parallel_size for p in plans}
+        problems += _shared_node_checks(settings, gpus[0], sized, warnings)
+        capacity, cluster = settings.gpu_nodes.max_size, _nodes_for(settings, gpus[0], sized)
+    try:
+        upgrade = plan_upgrades(settings, system, capacity, cluster)
+    except ValueError as error:
+        problems.append(str(error).replace("gpuNodes.maxSize", f"{tightest.section}.maxSize"))
+        upgrade = UpgradePlan(zero_downtime=False)
+    if problems:
+        raise ConfigError(problems)
+    floor = slower_floor([p.kv_floor for p in plans])
+    slower = next(p for p in plans if p.kv_floor is floor)
+    prefill = plans[0]
+    existing = settings.cluster.existing_cluster_name
+    cluster_name = existing or settings.cluster.name or default_cluster_name(stack)
+    return Plan(
+        cluster_name=cluster_name,
+        gpu=prefill.gpu,
+        system=system,
+        gpu_pods_per_node=prefill.pods_per_node,
+        gpu_workers=sum(p.workers for p in plans),
+        max_gpu_workers=sum(p.max_workers for p in plans),
+        worker=prefill.worker,
+        efa_per_worker=prefill.efa_per_worker,
+        shm_size=prefill.shm_size,
+        fit=prefill.fit,
+        kv_path=kv_path,
+        kv_floor=floor,
+        kv_crossing=crossing(model, floor, slower.tensor_parallel_size),
+        upgrade=upgrade,
+        image=_image(settings),
+        warnings=tuple(warnings),
+        model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
+        context=None if existing else own_cluster(settings),
+        mode=settings.serving.mode,
+        sides=tuple(plans),
+    )
+
+
+SIDE_INDEX = {"prefill": 0, "decode": 1}

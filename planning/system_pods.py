@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from config import Settings
+from config.sides import all_side_nodes
 
 MIB = 2**20
 
@@ -76,8 +77,7 @@ def ray_autoscaling(settings: Settings) -> bool:
 
 def cluster_autoscaling(settings: Settings) -> bool:
     """Whether the GPU node group may change size (Cluster Autoscaler runs, Pulumi leaves the size to it)."""
-    nodes = settings.gpu_nodes
-    return nodes.min_size < nodes.max_size
+    return any(s.config.min_size < s.config.max_size for s in all_side_nodes(settings))
 
 
 def load_balancer_controller_replicas(settings: Settings) -> int:

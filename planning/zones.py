@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from config import PROJECT, ConfigError, Settings
+from config.sides import gpu_instance_types, gpu_zone_setting
 
 TAG_STACK = f"{PROJECT}/stack"
 """On the VPC: `<project>/<stack>`, how a later run finds the stack's record."""
@@ -106,13 +107,19 @@ class ZonePlan:
     warnings: tuple[str, ...] = field(default=())
 
 
+def _gpu_types(settings: Settings) -> str:
+    """The GPU type, or each side's, as a message names them (every zone must offer them all)."""
+    types = gpu_instance_types(settings)
+    return types if isinstance(types, str) else " and ".join(types)
+
+
 def plan_zones(
     settings: Settings, offered_zones: Iterable[str], record: StackRecord | None = None
 ) -> ZonePlan:
     """Zones from the stack file, else from the stack's record, else (day one) the first zones that
     offer the GPU type. Raises ConfigError when the GPU zone cannot host the GPU type."""
     offered = sorted(set(offered_zones))
-    instance = settings.gpu_nodes.instance_type
+    instance = _gpu_types(settings)
     problems: list[str] = []
     warnings: list[str] = []
     configured = settings.network.availability_zones
@@ -135,7 +142,7 @@ def plan_zones(
     else:
         # Day one: the zones that offer the type, the GPU nodes' own first where it is set (by the stack
         # file or a reservation's zone), so it is among them.
-        wanted = settings.gpu_nodes.availability_zone
+        wanted = gpu_zone_setting(settings)
         first = [wanted] if wanted in offered else []
         zones = sorted(
             [*first, *(z for z in offered if z != wanted)][: settings.network.max_availability_zones]
@@ -159,9 +166,9 @@ def plan_zones(
 
 
 def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: StackRecord | None) -> str:
-    instance = settings.gpu_nodes.instance_type
+    instance = _gpu_types(settings)
     usable = [z for z in zones if z in offered]
-    configured = settings.gpu_nodes.availability_zone
+    configured = gpu_zone_setting(settings)
     key = f"{PROJECT}:gpuNodes.availabilityZone"
     if configured:
         if configured not in offered:

@@ -13,7 +13,7 @@ from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
 from components.endpoint import Endpoint
 from components.existing_cluster import ExistingCluster
-from components.gpu_node_group import GpuNodeGroup
+from components.gpu_node_group import GpuNodeGroup, SideGpuNodeGroups
 from components.kuberay import KubeRayOperator
 from components.load_balancer_controller import LoadBalancerController
 from components.model_cache import ModelCache
@@ -22,6 +22,7 @@ from components.observability import Observability
 from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import Settings
+from config.sides import gpu_instance_types, side_nodes
 from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags, stack_tag
 from manifests.endpoint.gateway import EndpointManifests, build_endpoint
 from manifests.load_balancer import load_balancer_controller
@@ -104,26 +105,52 @@ def add_gpu_nodes(
     gpu_subnet: pulumi.Input[str],
     roles: PodRoles,
     agent: list,
-) -> GpuNodeGroup:
-    """GPU node group (EFA, one zone) ──► device plugins, and the Cluster Autoscaler when it may resize."""
+) -> GpuNodeGroup | SideGpuNodeGroups:
+    """GPU node group (EFA, one zone), or one per side (`prefillNodes`, `decodeNodes`) in one placement
+    group ──► device plugins, and the Cluster Autoscaler when it may resize."""
     settings, plan = reading.settings, reading.plan
     autoscaled = cluster_autoscaling(settings)
     # On a team's cluster the stack's Cluster Autoscaler manages only the group with the stack's tag.
     team_stack = reading.stack if settings.cluster.existing_cluster_name else None
-    gpu_nodes = GpuNodeGroup(
-        "gpu",
-        config=settings.gpu_nodes,
-        placement=reading.placement,
-        cluster=cluster,
-        zone=reading.where.gpu_zone,
-        subnet_id=gpu_subnet,
-        autoscaled=autoscaled,
-        tags=node_group_tags(plan.gpu.efa_interfaces) if autoscaled else {},
-        network_cards=plan.gpu.network_cards or plan.gpu.efa_interfaces,
-        record=reading.where.record.tags(reading.stack_id),
-        capacity=reading.capacity,
-        autoscaler_tag=stack_tag(team_stack) if team_stack and autoscaled else None,
-    )
+    gpu_nodes: GpuNodeGroup | SideGpuNodeGroups
+    if plan.split:
+        gpu_nodes = SideGpuNodeGroups(
+            "gpu",
+            sides=[
+                (
+                    side.side,
+                    side_nodes(settings, side.side).config,
+                    side.gpu.network_cards or side.gpu.efa_interfaces,
+                )
+                for side in plan.sides
+            ],
+            placement=reading.placement,
+            cluster=cluster,
+            zone=reading.where.gpu_zone,
+            subnet_id=gpu_subnet,
+            autoscaled=autoscaled,
+            tags={
+                side.side: node_group_tags(side.gpu.efa_interfaces) if autoscaled else {}
+                for side in plan.sides
+            },
+        )
+        node_groups = gpu_nodes.node_groups
+    else:
+        gpu_nodes = GpuNodeGroup(
+            "gpu",
+            config=settings.gpu_nodes,
+            placement=reading.placement,
+            cluster=cluster,
+            zone=reading.where.gpu_zone,
+            subnet_id=gpu_subnet,
+            autoscaled=autoscaled,
+            tags=node_group_tags(plan.gpu.efa_interfaces) if autoscaled else {},
+            network_cards=plan.gpu.network_cards or plan.gpu.efa_interfaces,
+            record=reading.where.record.tags(reading.stack_id),
+            capacity=reading.capacity,
+            autoscaler_tag=stack_tag(team_stack) if team_stack and autoscaled else None,
+        )
+        node_groups = [gpu_nodes.node_group]
     if autoscaled and reading.where.context.addons.installs("clusterAutoscaler"):
         ClusterAutoscaler(
             "cluster-autoscaler",
@@ -132,20 +159,27 @@ def add_gpu_nodes(
             plain_cluster_name=plan.cluster_name,
             team_stack=team_stack,
             provider=cluster.provider,
-            after=[cluster.system_node_group, *agent, gpu_nodes.node_group],
+            after=[cluster.system_node_group, *agent, *node_groups],
         )
     # The RayService does not wait for the device plugins: its GPU pods pend until the plugins advertise
     # GPUs and EFA, and the readiness Job (manifests/readiness.py) waits for the model to serve.
     DevicePlugins(
         "device-plugins",
         provider=cluster.provider,
-        instance_type=settings.gpu_nodes.instance_type,
+        instance_type=gpu_instance_types(settings),
         placement=reading.placement,
-        gpu_nodes=[gpu_nodes.node_group],
+        gpu_nodes=node_groups,
         nvidia=reading.where.context.addons.installs("nvidiaDevicePlugin"),
         efa=reading.where.context.addons.installs("efaDevicePlugin"),
     )
     return gpu_nodes
+
+
+def gpu_node_groups(gpu_nodes: GpuNodeGroup | SideGpuNodeGroups) -> list[pulumi.Resource]:
+    """The GPU node group, or each side's."""
+    if isinstance(gpu_nodes, SideGpuNodeGroups):
+        return list(gpu_nodes.node_groups)
+    return [gpu_nodes.node_group]
 
 
 def add_kuberay(reading: Reading, cluster: Cluster | ExistingCluster) -> KubeRayOperator | None:
@@ -168,7 +202,7 @@ def add_ray_service(
     roles: PodRoles,
     agent: list,
     kuberay: KubeRayOperator | None,
-    gpu_nodes: GpuNodeGroup,
+    gpu_nodes: GpuNodeGroup | SideGpuNodeGroups,
 ) -> tuple[ServingManifests, RayService]:
     """The model cache and the RayService (prefill and decode workers, NIXL/EFA)."""
     settings, plan = reading.settings, reading.plan
@@ -195,7 +229,7 @@ def add_ray_service(
         provider=cluster.provider,
         depends_on=[
             *([kuberay.crds, kuberay.release] if kuberay else []),
-            gpu_nodes.node_group,
+            *gpu_node_groups(gpu_nodes),
             *pod_identity,
         ],
         copy_after=[cluster.system_node_group, *pod_identity],
@@ -254,7 +288,7 @@ def add_observability(
     cluster: Cluster | ExistingCluster,
     roles: PodRoles,
     agent: list,
-    gpu_nodes: GpuNodeGroup,
+    gpu_nodes: GpuNodeGroup | SideGpuNodeGroups,
     kuberay: KubeRayOperator | None,
     ray_service: RayService,
 ) -> Observability | None:
@@ -268,7 +302,7 @@ def add_observability(
         kubernetes_version=reading.plan.cluster_context.kubernetes_version,
         provider=cluster.provider,
         system_nodes=[cluster.system_node_group],
-        gpu_nodes=[gpu_nodes.node_group],
+        gpu_nodes=gpu_node_groups(gpu_nodes),
         pod_identity_agent=agent,
         # A team's EBS CSI driver may not be allowed the stack's key: the account's default key then.
         volume_key_arn=cluster.volume_key_arn if reading.where.installs_ebs_csi else None,

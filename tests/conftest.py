@@ -31,6 +31,12 @@ from tests.fakes.pulumi import RUN_CACHE_ENV, STACK_FILES, STACK_ROOT_ENV, Stack
 # (tests/fakes/pulumi.py): collecting the youngest generation every 700 allocations was a tenth of a run.
 gc.set_threshold(100_000, 50, 100)
 
+# The program's modules, and pytest's rewritten test modules, are compiled once and kept in the
+# (git-ignored) __pycache__ folders, also where PYTHONDONTWRITEBYTECODE is set: compiling them again in
+# every session and every xdist worker was a tenth of the suite's time. Each worker imports this file
+# before it collects, so the setting reaches them all, and the stack checks' own pytest.
+sys.dont_write_bytecode = False
+
 SESSION_DIR: Path | None = None
 if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without xdist): workers inherit
     for name in [n for n in os.environ if n.startswith("RAY_LLM_EKS_")]:

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKOV_VERSION = "3.3.30"
 """Pinned in .ci/run too; the skips are reviewed against this version's checks."""
 
-WORKERS = "Pod.*.*-gpu-workers"
+WORKERS = "Pod.*.*-workers"
+"""The GPU workers: `gpu-workers`, or each side's own group (`prefill-workers`, `decode-workers`)."""
 HEAD = "Pod.*.*-head"
 RAY = "Pod.*.*-*"
 PREPULL = "DaemonSet.*.ray-image-prepull"

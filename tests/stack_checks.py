@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.pulumi import ROOT, STACK_ROOT_ENV
+from tests.fakes.pulumi import ROOT, STACK_FILES, STACK_ROOT_ENV
 
 MARK = "every_stack_file"
 """The marker of a test that checks every stack file in one test (rather than one per `stack`)."""
@@ -51,6 +51,17 @@ def select(items: list[pytest.Item], config: pytest.Config, stacks: list[str]) -
     kept = [item for item in items if is_stack_check(item, stacks)]
     config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     items[:] = kept
+
+
+def modules_with_checks(session: pytest.Session) -> list[str]:
+    """The test modules that hold stack checks, as a session that collected the whole suite found them;
+    none (meaning: collect them all) when the session collected only part of it. Handing these to `run`
+    spares its pytest collecting the modules that hold none (a second or two of a two-core suite)."""
+    collected = {item.path for item in session.items}
+    if collected != set((ROOT / "tests").glob("test_*.py")):
+        return []
+    found = {item.path for item in session.items if is_stack_check(item, STACK_FILES)}
+    return sorted(str(path.relative_to(ROOT)) for path in found)
 
 
 def run(root: Path, *pytest_args: str) -> subprocess.CompletedProcess[str]:

@@ -167,17 +167,17 @@ class TestEveryPathIsOnAPortThePodsDeclare:
     )
     @pytest.mark.parametrize("stack", STACKS)
     def test_paths_against_the_pod_templates(self, stack, variant):
+        if "gpuNodes" in variant and settings(stack).prefill_nodes is not None:
+            variant = {"prefillNodes": variant["gpuNodes"]}  # the sides' own sections replace gpuNodes
         s = settings(stack, **variant)
         plan = replace(plan_stack(s, stack=stack), context=plan_of(stack).context)
         rayservice = build_rayservice(s, plan).to_dict()
         cluster = rayservice["spec"]["rayClusterConfig"]
-        (group,) = cluster["workerGroupSpecs"]
-        pods = {
-            "head": (declared_ports(cluster["headGroupSpec"]["template"]["spec"]), cluster["headGroupSpec"]),
-            "workers": (declared_ports(group["template"]["spec"]), group),
-        }
-        for path in paths_of(s, stack):
-            declared, node_group = pods[path.to]
+        head = (declared_ports(cluster["headGroupSpec"]["template"]["spec"]), cluster["headGroupSpec"])
+        # Each worker group (one, or each side's own) declares every port the policies allow workers.
+        for path, group in ((p, g) for p in paths_of(s, stack) for g in cluster["workerGroupSpecs"]):
+            workers = (declared_ports(group["template"]["spec"]), group)
+            declared, node_group = head if path.to == "head" else workers
             for port in path.ports:
                 if port.end_port is None:
                     assert declared.get(port.name) == port.port, (path.peer, path.to, port)

@@ -137,8 +137,8 @@ class TestWorkerGroups:
         groups = {g["groupName"]: g for g in worker_groups(hetero)}
         assert sorted(groups) == ["decode-workers", "prefill-workers"]
         for name, gpus, efa, slot in (
-            ("prefill-workers", "2", "1", "pd_prefill_slot"),
-            ("decode-workers", "4", "2", "pd_decode_slot"),
+            ("prefill-workers", "2", "1", "prefill-worker"),
+            ("decode-workers", "4", "2", "decode-worker"),
         ):
             group = groups[name]
             limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -152,8 +152,7 @@ class TestWorkerGroups:
         args = args_of(hetero)
         for side in ("prefill", "decode"):
             assert args[f"{side}_config"]["placement_group_config"] == {
-                "bundle_per_worker": {"GPU": 1, f"pd_{side}_slot": 1},
-                "strategy": "STRICT_PACK",
+                "bundle_per_worker": {"GPU": 1, f"{side}-worker": 1},
             }
 
     def test_same_size_on_both_sides_keeps_one_group(self):
@@ -164,8 +163,8 @@ class TestWorkerGroups:
 
     def test_the_plan_sizes_each_side_by_its_own_engine(self):
         plan = plan_stack(stack_settings("dev", **HETERO), stack="dev")
-        assert plan.split_workers
-        assert [(p.side, p.pods_per_node, p.tensor_parallel_size) for p in plan.side_pods] == [
+        assert plan.split_workers and not plan.split  # worker groups of their own, one node group
+        assert [(p.side, p.pods_per_node, p.tensor_parallel_size) for p in plan.sides] == [
             ("prefill", 4, 2),
             ("decode", 2, 4),
         ]
@@ -179,16 +178,17 @@ class TestWorkerGroups:
         )
         (idle,) = [w for w in more.warnings if "paid for and idle" in w]
         assert "fill 2 g6e.48xlarge node(s), but gpuNodes.desiredSize is 3" in idle
-        assert "prefill 1 x tensorParallelSize 2, decode 1 x tensorParallelSize 4" in idle
-        summary = plan.hardware_summary()
-        assert "prefill: 4 worker(s) per node, each 2 GPU" in summary
-        assert "decode: 2 worker(s) per node, each 4 GPU" in summary
+        assert "prefill 1 x tensorParallelSize 2 (4 per node), decode 1 x tensorParallelSize 4" in idle
+        summary = "\n".join(plan.summaries())
+        assert "prefill on gpuNodes: g6e.48xlarge" in summary
+        assert "4 worker(s) per node, each 2 GPU" in summary
+        assert "2 worker(s) per node, each 4 GPU" in summary
 
 
 class TestRefused:
     def test_decode_wider_than_the_node_names_the_sides_key(self):
         message = refusal(model={"decode": {"tensorParallelSize": 4}})
-        assert f"{P}:model.decode.tensorParallelSize: 4 needs 4 GPUs in one pod" in message
+        assert f"{P}:model.decode.tensorParallelSize: 4 needs 4 GPUs in one decode pod" in message
         assert "g6.8xlarge has 1" in message
 
     def test_sizes_that_do_not_divide_one_another_are_refused(self):

@@ -10,9 +10,28 @@ import pytest
 
 from config import ConfigError, versions
 from config.base import load_yaml
+from planning.access import ADMIN_POLICY, REFRESH_POLICY, VIEWER_POLICY
 from tests import aws_iam, chart_values
-from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, run_stack, stack_settings
+from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, StackRun, run_stack, stack_settings
 from tests.helm_releases import OWN_ADDONS, releases, values_by_chart
+
+
+def managed_arns(run: StackRun) -> dict[str, set[str]]:
+    """The AWS managed-policy and EKS access-policy ARNs each registered resource names."""
+    found: dict[str, set[str]] = {}
+    for reg in run.registrations:
+        found.setdefault(reg.name, set()).update(aws_iam.managed_arns_in(reg.inputs))
+    return found
+
+
+def published_errors(arns: dict[str, set[str]]) -> list[str]:
+    """What AWS's and EKS's published lists say of each ARN: nothing when each exists at its path."""
+    every = sorted(set().union(*arns.values()))
+    return [
+        e for arn in every if aws_iam.MANAGED_ARN.match(arn) for e in aws_iam.managed_policy_errors(arn)
+    ] + [
+        e for arn in every if aws_iam.ACCESS_POLICY_ARN.match(arn) for e in aws_iam.access_policy_errors(arn)
+    ]
 
 
 def _statement(**fields):
@@ -34,22 +53,23 @@ class TestIamAgainstAwsData:
 
     @pytest.mark.parametrize("stack", STACKS)
     def test_every_managed_policy_exists_at_its_path(self, stack):
+        arns = managed_arns(run_stack(stack=stack))
+        if "observability-ebs-csi" in arns:  # not on a team's add-on
+            assert "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2" in arns["observability-ebs-csi"]
+        assert "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy" in set().union(*arns.values())
+        assert published_errors(arns) == []
+
+    @pytest.mark.parametrize("stack", ["dev", "byo.example"])  # the stack's cluster, a team's cluster
+    def test_every_access_policy_exists_at_its_path(self, stack):
         people = {
             "adminPrincipalArns": ["arn:aws:iam::123456789012:role/admins"],
             "viewerPrincipalArns": ["arn:aws:iam::123456789012:role/viewers"],
             "refreshPrincipalArns": ["arn:aws:iam::123456789012:role/drift"],
         }
-        run = run_stack(stack=stack, overrides={"cluster": people})
-        arns = {arn for reg in run.registrations for arn in aws_iam.managed_arns_in(reg.inputs)}
-        if any(r.name == "observability-ebs-csi" for r in run.registrations):  # not on a team's add-on
-            assert "arn:aws:iam::aws:policy/AmazonEBSCSIDriverPolicyV2" in arns
-        assert "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy" in arns
-        assert "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy" in arns
-        assert "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy" in arns
-        managed = sorted(a for a in arns if aws_iam.MANAGED_ARN.match(a))
-        access = sorted(a for a in arns if aws_iam.ACCESS_POLICY_ARN.match(a))
-        assert [e for arn in managed for e in aws_iam.managed_policy_errors(arn)] == []
-        assert [e for arn in access for e in aws_iam.access_policy_errors(arn)] == []
+        arns = set().union(*managed_arns(run_stack(stack=stack, overrides={"cluster": people})).values())
+        for policy in (ADMIN_POLICY, VIEWER_POLICY, REFRESH_POLICY):
+            assert f"arn:aws:eks::aws:cluster-access-policy/{policy}" in arns
+        assert published_errors({"all": arns}) == []
 
     def test_an_eks_access_policy_eks_does_not_publish_fails(self):
         assert (

@@ -19,6 +19,7 @@ from manifests.rayservice import RayServiceManifest, build_rayservice
 from manifests.serve_app import PREFIX_ROUTER, ServeConfig, build_serve_config
 from planning import plan_stack
 from planning.kv_path import KvPath
+from planning.upgrades import UpgradePlan
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, StackRun, minimal_config, run_stack, stack_settings
 from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, pod_errors, serve_errors
@@ -50,6 +51,12 @@ def built(**sections: dict[str, Any]) -> dict[str, Any]:
     settings = stack_settings("dev", **sections)
     made = build_rayservice(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID)).to_dict()
     return {k: made[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def upgrade_of(**sections: dict[str, Any]) -> UpgradePlan:
+    """How the plan rolls out a Ray cluster change for the dev stack file with some sections overridden
+    (the RayService's replaceOnChanges and deleteBeforeReplace follow it: components/rayservice.py)."""
+    return plan_stack(stack_settings("dev", **sections), stack="dev", account_id=ACCOUNT_ID).upgrade
 
 
 def test_the_program_registers_what_built_says(dev_stack: StackRun):
@@ -421,31 +428,22 @@ class TestUpgradePath:
     def test_spare_gpus_without_room_for_a_second_head_still_recreate(self):
         """A second Ray cluster also needs a second head (2 CPU requested): one m7i.xlarge cannot
         host two, so the upgrade would wait forever for the head instead of the GPUs."""
-        run = run_stack(
-            overrides={
-                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
-                "systemNodes": {"instanceType": "m7i.xlarge"},
-                "observability": {"enabled": False},
-            }
-        )
-        reg = run.one(RAYSERVICE)
-        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
-        assert reg.delete_before_replace is True
+        sections = {
+            "gpuNodes": {"desiredSize": 4, "maxSize": 4},
+            "systemNodes": {"instanceType": "m7i.xlarge"},
+            "observability": {"enabled": False},
+        }
+        assert built(**sections)["spec"]["upgradeStrategy"] == {"type": "None"}
+        assert upgrade_of(**sections).replace_on_changes == ["spec.rayClusterConfig"]
 
     def test_a_larger_system_node_hosts_both_heads(self):
         obj = built(gpuNodes={"desiredSize": 4, "maxSize": 4}, systemNodes={"instanceType": "m7i.2xlarge"})
         assert obj["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
 
     def test_recreate_can_be_forced(self):
-        run = run_stack(
-            overrides={
-                "gpuNodes": {"desiredSize": 4, "maxSize": 4},
-                "serving": {"upgradeStrategy": "recreate"},
-            }
-        )
-        reg = run.one(RAYSERVICE)
-        assert reg.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
-        assert reg.delete_before_replace is True
+        sections = {"gpuNodes": {"desiredSize": 4, "maxSize": 4}, "serving": {"upgradeStrategy": "recreate"}}
+        assert built(**sections)["spec"]["upgradeStrategy"] == {"type": "None"}
+        assert upgrade_of(**sections).replace_on_changes == ["spec.rayClusterConfig"]
 
 
 KV_PATH = KvPath(backends=("LIBFABRIC",), buffer_device="cuda", mechanism="emulated", reason="test")

@@ -23,7 +23,6 @@ from tests.fakes.pulumi import (
     minimal_config,
     plan_of,
     run_stack,
-    stack_file_config,
 )
 
 CLUSTER = "eks:index:Cluster"
@@ -272,13 +271,15 @@ class TestSecureDefaults:
         assert depends_on(dev_stack, cluster, logs)  # exists before EKS would create its own
 
     def test_public_endpoint_is_restricted_by_configured_cidrs(self):
-        run = run_stack(overrides={"cluster": {"publicAccessCidrs": ["198.51.100.0/24"]}})
-        assert run.one(CLUSTER).inputs["publicAccessCidrs"] == ["198.51.100.0/24"]
+        cluster = run_stack(stack="prod").one(CLUSTER).inputs  # prod's stack file names its ranges
+        assert cluster["endpointPublicAccess"] is True
+        assert cluster["publicAccessCidrs"] == ["203.0.113.0/24"]
 
     def test_private_only_endpoint(self):
-        private = {**stack_file_config(), "ray-llm-eks:cluster": {"endpointPublicAccess": False}}
-        run = run_stack(config=private)
-        cluster = run.one(CLUSTER).inputs
+        """A private endpoint needs no ranges (the run test_hardening's test of it makes, shared)."""
+        private = minimal_config("sa-east-1", cluster={"endpointPublicAccess": False})
+        del private["ray-llm-eks:cluster"]["publicAccessCidrs"]
+        cluster = run_stack(config=private).one(CLUSTER).inputs
         assert cluster["endpointPublicAccess"] is False
         assert "publicAccessCidrs" not in cluster
 

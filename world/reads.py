@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from config import PROJECT, ConfigError, Settings
+from config.sides import all_side_nodes, gpu_instance_types
 from planning import Plan
 from planning.addons import Inventory
 from planning.catalog import Ec2InstanceType
@@ -104,7 +105,10 @@ def instance_types(settings: Settings, world: World) -> dict[str, Ec2InstanceTyp
     """EC2's own description of the GPU and system types; a type EC2 does not describe is refused,
     naming the key that chose it."""
     keys = {
-        settings.gpu_nodes.instance_type: f"{PROJECT}:gpuNodes.instanceType",
+        **{
+            s.config.instance_type: f"{PROJECT}:{s.section}.instanceType"
+            for s in reversed(all_side_nodes(settings))
+        },
         settings.system_nodes.instance_type: f"{PROJECT}:systemNodes.instanceType",
     }
     described = {}
@@ -172,7 +176,13 @@ def where_it_serves(
 ) -> Where:
     """Its own VPC and cluster, or a team's: what the world says, as planning/where.py decides it.
     `own_namespaces`: where the stack's own add-ons run (manifests/addons.py)."""
-    offered = world.zones_offering(settings.gpu_nodes.instance_type)
+    types = gpu_instance_types(settings)
+    # Both sides' nodes live in one zone: it must offer every side's type.
+    offered = (
+        world.zones_offering(types)
+        if isinstance(types, str)
+        else sorted(set.intersection(*(set(world.zones_offering(t)) for t in types)))
+    )
     name = settings.cluster.existing_cluster_name
     stack = stack_id.removeprefix(f"{PROJECT}/")
 
