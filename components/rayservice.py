@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components.network_policy import network_policies as apply_network_policies
+from manifests.decode_heal import DecodeHeal
 from manifests.jobs import ProgramJob
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, ServingManifests
@@ -135,7 +136,43 @@ class RayService(pulumi.ComponentResource):
         self.ready_check = self._program_job(
             f"{name}-ready-check", manifests.ready_check, child, [self.resource]
         )
+        if manifests.decode_heal is not None:
+            self._decode_heal(name, manifests.decode_heal, child, [self.resource])
         self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name})
+
+    @staticmethod
+    def _decode_heal(
+        name: str, heal: DecodeHeal, child: pulumi.ResourceOptions, after: Sequence[pulumi.Resource]
+    ) -> None:
+        """`serving.selfHeal` (manifests/decode_heal.py): its account and one right, then the CronJob."""
+        after_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(after)))
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-decode-heal", metadata=heal.service_account["metadata"], opts=after_opts
+        )
+        role = k8s.rbac.v1.Role(
+            f"{name}-decode-heal", metadata=heal.role["metadata"], rules=heal.role["rules"], opts=after_opts
+        )
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-decode-heal",
+            metadata=heal.role_binding["metadata"],
+            role_ref=heal.role_binding["roleRef"],
+            subjects=heal.role_binding["subjects"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[account, role])),
+        )
+        program = k8s.core.v1.ConfigMap(
+            f"{name}-decode-heal",
+            metadata=heal.config_map["metadata"],
+            data=heal.config_map["data"],
+            opts=after_opts,
+        )
+        k8s.batch.v1.CronJob(
+            f"{name}-decode-heal",
+            metadata=heal.cron_job["metadata"],
+            spec=heal.cron_job["spec"],
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[*after, binding, program])
+            ),
+        )
 
     @staticmethod
     def _program_job(

@@ -157,6 +157,14 @@ class ServingConfig(StrictModel):
         '`kv-aware` (Ray\'s alpha KVAwareRouter) is refused: see docs/design.md, "Routing".',
     )
     prefix_router: PrefixRouterConfig = Field(default_factory=PrefixRouterConfig)  # type: ignore[arg-type]
+    self_heal: bool = Field(
+        False,
+        description="Decode heals itself after a stale NIXL agent: a CronJob in the serving namespace "
+        "restarts a decode replica (through Ray's Jobs API) when every KV transfer into it failed for 5 "
+        "minutes, none completed, and a prefill replica restarted; at most once per 30 minutes, with a "
+        "log line and a Kubernetes Event. Needs serving.mode disaggregated and observability.enabled "
+        '(docs/operations.md, "KV transfers keep failing").',
+    )
 
     @field_validator("ray_version")
     @classmethod

@@ -161,6 +161,15 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
             f"{project}:autoscaling.signal: llm reads the engines' figures from the stack's Prometheus, but "
             f"{project}:observability.enabled is false; enable it, or scale on requests"
         )
+    if settings.serving.self_heal and (
+        settings.serving.mode != "disaggregated" or not settings.observability.enabled
+    ):
+        problems.append(
+            f"{project}:serving.selfHeal: restarts decode after a stale NIXL agent, which it reads from the "
+            f"stack's Prometheus; it needs {project}:serving.mode disaggregated (now "
+            f"{settings.serving.mode}) and {project}:observability.enabled true (now "
+            f"{str(settings.observability.enabled).lower()})"
+        )
     if scaling.parked and settings.gpu_nodes.min_size > 0:
         problems.append(
             f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "

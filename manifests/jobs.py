@@ -77,9 +77,11 @@ def program_job(
     service_account: str | None = None,
     volumes: list[Volume] | None = None,
     mounts: list[VolumeMount] | None = None,
+    automount_token: bool = False,
 ) -> ProgramJob:
     """`program`: a file in jobs/, run with python3 from the image (nothing is installed at run time);
-    `data`: more files beside it (/program/<key>); `placement`: the system nodes it runs on."""
+    `data`: more files beside it (/program/<key>); `placement`: the system nodes it runs on;
+    `automount_token`: the service account's token, for a program that calls the Kubernetes API."""
     command = ["python3", f"{MOUNT}/{program}"]
     config_map = {
         "apiVersion": "v1",
@@ -130,8 +132,9 @@ def program_job(
                     tolerations=tolerations_of(placement.system_tolerations),
                     restart_policy="Never",
                     service_account_name=service_account,
-                    # No program talks to the Kubernetes API (EKS Pod Identity projects its own token).
-                    automount_service_account_token=False,
+                    # Only a program that talks to the Kubernetes API gets a token (EKS Pod Identity
+                    # projects its own).
+                    automount_service_account_token=automount_token,
                     security_context=unprivileged_pod(),
                     volumes=[
                         Volume(name="program", config_map=ConfigMapVolumeSource(name=name)),

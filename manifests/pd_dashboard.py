@@ -22,6 +22,9 @@ from typing import Any
 
 from config import Settings
 from config.sides import all_side_nodes, split
+from manifests.observability import kv_path as kv
+from manifests.observability.kv_path import KvPathFigures
+from planning.kv_path import MECHANISM_NAMES
 
 UID = "rayLlmPdDisaggregation"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
@@ -498,11 +501,106 @@ def _throughput_scaling_routing(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
-def panels(settings: Settings) -> list[dict[str, Any]]:
-    return [*_latency_and_load(settings), *_kv_and_gpus(settings), *_throughput_scaling_routing(settings)]
+KV_PATH_ROW_Y = 63
 
 
-def pd_dashboard(settings: Settings) -> dict[str, Any]:
+def _kv_path(figures: KvPathFigures) -> list[dict[str, Any]]:
+    """The KV path against the plan (manifests/observability/kv_path.py's recorded series, per decode
+    worker): the rate against the floor, the mechanism, the recompute share, failures."""
+    y = KV_PATH_ROW_Y
+    worker = f"{{{CLUSTER}}}"
+    planned = (
+        f"Planned: {MECHANISM_NAMES[figures.mechanism]}, {figures.expected} GB/s per GPU to expect, floor "
+        + (f"{figures.floor_gbytes_s:g} GB/s" if figures.floor_gbytes_s is not None else "none")
+        + " (the preview's figures; `ops verify` holds its probe to the floor)."
+    )
+    rate: list[tuple[str, str]] = [
+        (f"{kv.RATE}{worker}", "{{WorkerId}}"),
+        (f"{kv.RATE_LEAST}{worker}", "at least {{WorkerId}}"),
+        (f"{kv.RATE_MOST}{worker}", "at most {{WorkerId}}"),
+    ]
+    if figures.floor_gbytes_s is not None:
+        rate.append((f"vector({figures.floor_gbytes_s:g})", "floor (plan)"))
+    if figures.expected_gbytes_s is not None:
+        rate.append((f"vector({figures.expected_gbytes_s[1]:g})", "expected (plan)"))
+    rate_description = (
+        f"{planned} The rate: prompt tokens decode received over NIXL (an exact counter) times the plan's "
+        "KV bytes per token, over the time NIXL's reads took. Ray rebuilds that time from bucket "
+        "midpoints, so the true rate lies between `at least` and `at most`; KvPathBelowFloor fires when "
+        "`at most` stays under the floor for 10 minutes."
+        if figures.bytes_per_token is not None
+        else f"{planned} No rate: the plan does not know the model's KV bytes per token "
+        "(model.kvCacheBytesPerToken)."
+    )
+    return [
+        _row(40, "KV path: live against the plan", y),
+        _panel(41, "KV rate per decode worker against the floor", rate, "GBs", 0, y + 1, rate_description),
+        _panel(
+            42,
+            "KV bytes: what NIXL moved, what EFA received",
+            [
+                (f"{kv.RECEIVED_BYTES}{worker}", "NIXL into {{WorkerId}}"),
+                *(
+                    [
+                        (kv.EFA_RECEIVED, "EFA devices received (all GPU nodes)"),
+                        (f"{kv.EFA_RECEIVED} * {kv.RDMA_READ_SHARE}", "of which by RDMA reads"),
+                    ]
+                    if figures.efa_counters
+                    else []
+                ),
+            ],
+            "Bps",
+            12,
+            y + 1,
+            f"The mechanism planned: {kv.MECHANISMS_SHORT[figures.mechanism]}. {planned} "
+            + (
+                "Over EFA the devices receive at least what NIXL moved; near zero while NIXL moves bytes is "
+                "TCP (KvPathNotOnEfa). RDMA reads show only where the device reads (GPUDirect RDMA, or host "
+                "buffers on a device with RDMA read); emulated reads arrive as sends."
+                if figures.efa_counters
+                else "The EFA counters come from the stack's own node-exporter, which this stack does "
+                "not run."
+            ),
+        ),
+        _panel(
+            43,
+            "Recompute share per decode worker",
+            [
+                (f"{kv.RECOMPUTE}{worker}", "{{WorkerId}}"),
+                (f"vector({kv.RECOMPUTE_SHARE_ALERT:g})", "KvRecomputing"),
+            ],
+            "percentunit",
+            0,
+            y + 9,
+            "Of the prompt tokens decode took, the share it computed rather than received over NIXL. "
+            "Healthy: one token per request for a hybrid model, none for an attention-only one.",
+        ),
+        _panel(
+            44,
+            "Failed KV transfers per decode worker",
+            [(f"{kv.FAILURES}{worker}", "{{WorkerId}}")],
+            "short",
+            12,
+            y + 9,
+            "In 5 minutes. Failing for minutes with none completing is a stale NIXL agent "
+            '(docs/operations.md, "KV transfers keep failing").',
+        ),
+    ]
+
+
+def panels(settings: Settings, figures: KvPathFigures | None = None) -> list[dict[str, Any]]:
+    path = _kv_path(figures) if figures and settings.serving.mode == "disaggregated" else []
+    return [
+        *_latency_and_load(settings),
+        *_kv_and_gpus(settings),
+        *_throughput_scaling_routing(settings),
+        *path,
+    ]
+
+
+def pd_dashboard(settings: Settings, figures: KvPathFigures | None = None) -> dict[str, Any]:
+    """`figures`: the plan's KV path, which the "KV path" row holds the live figures to (disaggregated
+    only)."""
     return {
         "uid": UID,
         "title": "Ray LLM: prefill/decode disaggregation"
@@ -531,5 +629,5 @@ def pd_dashboard(settings: Settings) -> dict[str, Any]:
                 }
             ]
         },
-        "panels": panels(settings),
+        "panels": panels(settings, figures),
     }

@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr
 
 from config import Settings
 from manifests import ray_ports
+from manifests.decode_heal import DecodeHeal, decode_heal
 from manifests.jobs import JOBS, ProgramJob
 from manifests.k8s import (
     Capabilities,
@@ -288,6 +289,9 @@ class ServingManifests:
     model_copy: ProgramJob | None
     """Before the RayService: the Job copying the model into the S3 cache (None: nothing to copy)."""
     hf_token: SecretStr | None
+    decode_heal: DecodeHeal | None = None
+    """`serving.selfHeal`: the CronJob restarting a decode replica with a stale NIXL agent, after the
+    RayService."""
 
     @property
     def service_name(self) -> str:
@@ -312,6 +316,7 @@ def build_serving(settings: Settings, plan: Plan) -> ServingManifests:
             settings, plan, (HF_TOKEN_SECRET, HF_TOKEN_KEY) if settings.hugging_face_token else None
         ),
         hf_token=settings.hugging_face_token,
+        decode_heal=decode_heal(settings, plan.cluster_context, plan.image),
     )
 
 

@@ -79,6 +79,8 @@ from planning.system_pods import ray_autoscaling
 
 READY_CHECK_PODS = {"app.kubernetes.io/component": "serve-ready-check"}
 """The serve readiness Job's pods (manifests/readiness.py)."""
+DECODE_HEAL_PODS = {"app.kubernetes.io/component": "decode-heal"}
+"""`serving.selfHeal`'s CronJob pods (manifests/decode_heal.py)."""
 KUBERAY_OPERATOR_PODS = {"app.kubernetes.io/name": "kuberay-operator"}
 
 
@@ -113,6 +115,7 @@ DISAGGREGATED = When(
     lambda s: s.settings.serving.mode == "disaggregated",
 )
 RAY_AUTOSCALER = When("Ray's autoscaler runs", lambda s: ray_autoscaling(s.settings))
+SELF_HEAL = When("serving.selfHeal", lambda s: s.settings.serving.self_heal)
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,13 @@ RAY_HEAD_OF_SERVING = Source(
 KUBERAY = Source("kuberay", "KubeRay's operator (the stack's or the team's)", "pod", _kuberay_peers)
 READY_CHECK = Source("ready-check", "the serve readiness Job", "pod", lambda s: (pods(READY_CHECK_PODS),))
 BENCH = Source("bench", "`ops bench`'s Job", "pod", lambda s: (pods(BENCH_PODS),))
+DECODE_HEAL = Source("decode-heal", "decode self-heal's CronJob", "pod", lambda s: (pods(DECODE_HEAL_PODS),))
+DECODE_HEAL_OF_SERVING = Source(
+    "decode-heal",
+    "decode self-heal's CronJob (serving namespace)",
+    "pod",
+    lambda s: (pods(DECODE_HEAL_PODS, s.settings.serving.namespace),),
+)
 BENCH_OF_SERVING = Source(
     "bench",
     "`ops bench`'s Job (serving namespace)",
@@ -329,6 +339,14 @@ FLOWS: tuple[Flow, ...] = (
         "the serve readiness Job asks the dashboard which applications run",
         "ray-head-ingress",
     ),
+    Flow(
+        DECODE_HEAL,
+        HEAD,
+        Ports(_head("dashboard")),
+        "decode self-heal restarts a decode replica through Ray's Jobs API",
+        "ray-head-ingress",
+        SELF_HEAL,
+    ),
     Flow(GATEWAY, HEAD, Ports(_head("serve")), SERVE, "ray-head-ingress", ENDPOINT),
     Flow(GATEWAY, WORKERS, Ports(_worker("serve")), SERVE, "ray-workers-ingress", ENDPOINT),
     Flow(VPC, HEAD, Ports(_head("serve")), NO_GATEWAY, "ray-head-ingress", NO_ENDPOINT, rule_per_peer=True),
@@ -413,6 +431,14 @@ FLOWS: tuple[Flow, ...] = (
         Ports((Port("prometheus", PROMETHEUS_PORT), Port("grafana", GRAFANA_CONTAINER_PORT))),
         "the Ray dashboard's metrics tabs",
         "allow-ray-dashboard",
+    ),
+    Flow(
+        DECODE_HEAL_OF_SERVING,
+        MONITORING_PODS,
+        Ports((Port("prometheus", PROMETHEUS_PORT),)),
+        "decode self-heal reads the KV transfers' figures",
+        "allow-decode-heal",
+        SELF_HEAL,
     ),
     # node-agents: node-exporter runs on the host network, where no policy applies.
     Flow(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config.endpoint import DEFAULT_CLIENT
 from config.serving import ModelConfig, ServingConfig
@@ -25,6 +25,9 @@ from config.settings import ConfigError, Settings, load_settings
 from ops.dashboards import Popen, default_popen, describe, forwards, run_forwards
 from ops.kube import ConnectOptions, KubeApi, OpsError, ServiceEndpoint, stack_prometheus
 from ops.stack import PROJECT_ROOT, Runner, kubeconfig_from_stack, load_stack_settings, stack_output
+
+if TYPE_CHECKING:
+    from ops.status import ServingMetrics
 
 Connect = Callable[[ConnectOptions], KubeApi]
 
@@ -649,6 +652,18 @@ def _kubeconfig(args: argparse.Namespace, run: Runner) -> Iterator[Path | None]:
         yield None
 
 
+def _with_kv_plan(metrics: ServingMetrics | None, settings: Settings, stack: str) -> ServingMetrics | None:
+    """The plan's KV path (offline: the catalog's facts, as `ops verify` reads it) beside the live one,
+    where prefill and decode move a KV cache."""
+    if metrics is None or settings.serving.mode != "disaggregated":
+        return metrics
+    from manifests.observability.kv_path import KvPathFigures
+    from planning import plan_stack
+
+    plan = plan_stack(settings, stack=stack)
+    return replace(metrics, plan=KvPathFigures.of(plan, settings.model.tensor_parallel_size))
+
+
 def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
     """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
     from planning.cost import PriceCache, planned_zone_count, price_cache_path, price_queries, running_cost
@@ -816,6 +831,7 @@ def _against_cluster(
                     report,
                     parked=settings.autoscaling.parked,
                     cost=_running_cost(args.root, settings, len(report.gpu_nodes)),
+                    metrics=_with_kv_plan(report.metrics, settings, args.stack),
                 )
             print(report.format())
             return 0 if report.rayservice is not None or report.parked else 1

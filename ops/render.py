@@ -36,6 +36,7 @@ from manifests.network_policy import (
 )
 from manifests.observability.build import build_observability
 from manifests.observability.charts import GRAFANA_ADMIN_SECRET, GRAFANA_ADMIN_USER
+from manifests.observability.kv_path import KvPathFigures
 from manifests.ray_auth import RAY_AUTH_KEY, RAY_AUTH_SECRET
 from manifests.rayservice import HF_TOKEN_KEY, HF_TOKEN_SECRET, build_serving
 from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
@@ -100,6 +101,7 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
         serving.rayservice.to_dict(),
         serving.ready_check.config_map,
         serving.ready_check.job.to_dict(),
+        *(serving.decode_heal.objects() if serving.decode_heal else []),
     ]
     addons = context.addons
     if addons.installs("kuberay"):
@@ -126,7 +128,9 @@ def manifests(settings: Settings, plan: Plan) -> list[dict[str, Any]]:
             endpoint.load_balancer.to_dict(),
         ]
     if settings.observability.enabled:
-        observability = build_observability(settings, context)
+        observability = build_observability(
+            settings, context, kv=KvPathFigures.of(plan, settings.model.tensor_parallel_size)
+        )
         stack = observability.kube_prometheus_stack is not None
         if stack:
             rendered += [observability.namespace, *policies(MONITORING, traffic)]

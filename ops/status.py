@@ -8,16 +8,23 @@ It replaces the seed's `deploy_ray_service.sh status`. KubeRay 1.7 still fills t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from config import Settings
 from manifests.endpoint.chart import GATEWAY_NAMESPACE
 from manifests.endpoint.gateway import api_keys_name, load_balancer_service_name
+from manifests.observability.kv_path import (
+    KV_STATUS_QUERIES,
+    MECHANISM_QUERIES,
+    KvPathFigures,
+    seen_mechanism,
+)
 from manifests.pd_dashboard import NIXL_BYTES_BAND, STATUS_QUERIES, status_queries
 from ops.kube import RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL, KubeApi, ServiceEndpoint
 from planning import nodes
+from planning.kv_path import MECHANISM_NAMES
 from planning.nodes import EFA_RESOURCE, GPU_RESOURCE, GPU_SIDE_LABEL
 
 GPU_NODE_SELECTOR = ",".join(f"{k}={v}" for k, v in nodes.GPU_NODE_SELECTOR.items())
@@ -146,6 +153,12 @@ class ServingMetrics:
     """STATUS_QUERIES key -> Serve deployment (Prefill:..., Decode:...) -> seconds."""
     nixl: dict[str, float]
     """nixl_latency (s), nixl_throughput (bytes/s), nixl_failures, nixl_expired, nixl_done."""
+    kv_path: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Decode WorkerId -> KV_STATUS_QUERIES key -> value: the KV-path SLI the stack's rules record."""
+    plan: KvPathFigures | None = None
+    """The plan's KV path, which the live figures are printed beside (with --stack)."""
+    mechanism: dict[str, float] = field(default_factory=dict)
+    """MECHANISM_QUERIES key -> value: what the EFA counters say of NIXL's bytes."""
 
     @property
     def every_transfer_failed(self) -> bool:
@@ -169,10 +182,48 @@ class ServingMetrics:
                 f"{_rate(n.get('nixl_throughput'))}, {_count(n.get('nixl_failures'))} failed, "
                 f"{_count(n.get('nixl_expired'))} expired KV requests"
             )
+        lines += self._kv_path_lines()
         if self.every_transfer_failed:
             lines.append(
                 "  every KV transfer failed, none completed: decode may hold a stale NIXL agent of a "
                 'restarted prefill; docs/operations.md, "KV transfers keep failing"'
+            )
+        return lines
+
+    def _kv_path_lines(self) -> list[str]:
+        """Per decode worker, the live KV rate (with the band Ray's midpoint time leaves) and recompute
+        share, then the plan's mechanism, expected rate and floor; a worker surely under the floor is
+        said so."""
+        plan = self.plan
+        lines = []
+        for worker, figures in sorted(self.kv_path.items()):
+            rate = figures.get("rate")
+            shown = (
+                f"{rate:.2f} GB/s per GPU ({figures.get('least', float('nan')):.2f}-"
+                f"{figures.get('most', float('nan')):.2f})"
+                if rate is not None
+                else "no rate"
+            )
+            share = figures.get("recompute")
+            recomputed = f", {share:.1%} of prompt tokens recomputed" if share is not None else ""
+            below = (
+                plan is not None
+                and plan.floor_gbytes_s is not None
+                and figures.get("most") is not None
+                and figures["most"] < plan.floor_gbytes_s
+            )
+            lines.append(
+                f"  KV path into {worker}: {shown}{recomputed}"
+                + (", under the plan's floor" if below else "")
+            )
+        seen = seen_mechanism(self.mechanism.get("efa_share"), self.mechanism.get("rdma_read_share"))
+        if seen:
+            lines.append(f"  KV path seen: {seen}")
+        if plan is not None and (self.kv_path or self.nixl):
+            floor = f"{plan.floor_gbytes_s:g} GB/s" if plan.floor_gbytes_s is not None else "none"
+            lines.append(
+                f"  KV path planned: {MECHANISM_NAMES[plan.mechanism]}, {plan.expected} GB/s per GPU to "
+                f"expect, floor {floor}"
             )
         return lines
 
@@ -368,7 +419,16 @@ def collect_metrics(api: KubeApi, prometheus: ServiceEndpoint | None = None) -> 
             latency[key] = {r["metric"].get("deployment", "?"): float(r["value"][1]) for r in result}
         elif result:
             nixl[key] = float(result[0]["value"][1])
-    return ServingMetrics(latency, nixl)
+    kv_path: dict[str, dict[str, float]] = {}
+    for key, query in KV_STATUS_QUERIES.items():
+        for r in api.prometheus_query(query, prometheus) or []:
+            kv_path.setdefault(r["metric"].get("WorkerId", "?"), {})[key] = float(r["value"][1])
+    mechanism = {
+        key: float(result[0]["value"][1])
+        for key, query in MECHANISM_QUERIES.items()
+        if (result := api.prometheus_query(query, prometheus))
+    }
+    return ServingMetrics(latency, nixl, kv_path, mechanism=mechanism)
 
 
 def _first(obj: Mapping[str, Any] | None, statuses: str) -> list[Mapping[str, Any]] | None:

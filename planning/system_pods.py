@@ -52,6 +52,9 @@ GRAFANA_SIDECARS = PodRequests(50, 128)
 """Grafana's dashboard and datasource sidecars together."""
 NODE_EXPORTER = PodRequests(50, 32)
 """On every node, so once per system node."""
+EFA_COUNTERS = PodRequests(10, 16)
+"""node-exporter's EFA counters sidecar (manifests/observability/efa_counters.py), with prefill/decode
+disaggregation: a shell loop that reads a few sysfs files every 15 s."""
 EBS_CSI_CONTROLLER = PodRequests(60, 240)
 """An estimate: the EKS add-on's controller (2 replicas, six small containers each) sets requests of its
 own, which the add-on's configuration schema does not promise; its node DaemonSet: EBS_CSI_NODE."""
@@ -94,6 +97,11 @@ def system_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
     return {**_endpoint_pods(settings), **_observability_pods(settings), **scaling}
 
 
+def efa_counters(settings: Settings) -> bool:
+    """Whether node-exporter runs the EFA counters sidecar: where prefill and decode move a KV cache."""
+    return settings.serving.mode == "disaggregated"
+
+
 def _observability_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]]:
     if not settings.observability.enabled:
         return {}
@@ -107,6 +115,7 @@ def _observability_pods(settings: Settings) -> dict[str, tuple[PodRequests, int]
         "grafana": (GRAFANA, 1),
         "grafana sidecars": (GRAFANA_SIDECARS, 1),
         "node-exporter": (NODE_EXPORTER, nodes),
+        **({"node-exporter EFA counters": (EFA_COUNTERS, nodes)} if efa_counters(settings) else {}),
         "ebs-csi-controller": (EBS_CSI_CONTROLLER, 2),
         "ebs-csi-node": (EBS_CSI_NODE, nodes),
     }

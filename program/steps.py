@@ -28,6 +28,7 @@ from manifests.endpoint.gateway import EndpointManifests, build_endpoint
 from manifests.load_balancer import load_balancer_controller
 from manifests.model_cache import COPY_SERVICE_ACCOUNT, RAY_SERVICE_ACCOUNT
 from manifests.observability.build import build_observability
+from manifests.observability.kv_path import KvPathFigures
 from manifests.rayservice import ServingManifests, build_serving
 from manifests.traffic import GATEWAY_NS, KUBERAY_NS, MONITORING, NODE_AGENTS, SERVING, Stack, policies
 from planning import Plan
@@ -297,7 +298,12 @@ def add_observability(
         return None
     return Observability(
         "observability",
-        manifests=build_observability(reading.settings, reading.plan.cluster_context, reading.capacity),
+        manifests=build_observability(
+            reading.settings,
+            reading.plan.cluster_context,
+            reading.capacity,
+            KvPathFigures.of(reading.plan, reading.settings.model.tensor_parallel_size),
+        ),
         roles=roles,
         kubernetes_version=reading.plan.cluster_context.kubernetes_version,
         provider=cluster.provider,

@@ -29,7 +29,13 @@ from manifests.pd_dashboard import pd_dashboard
 from manifests.rayservice import build_rayservice
 from planning import plan_stack
 from planning.context import own_cluster
-from tests.exported_metrics import EXPORTED, RAY_DASHBOARD_GAPS, RAY_DASHBOARD_UNUSED, VLLM_LABEL_VALUES
+from tests.exported_metrics import (
+    EXPORTED,
+    RAY_DASHBOARD_GAPS,
+    RAY_DASHBOARD_UNUSED,
+    metric_names,
+    unknown_label_values,
+)
 from tests.fakes.kube import fixture_json
 from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_file_config, stack_settings
 from tests.ray_dashboards import generate
@@ -327,22 +333,6 @@ def _grafana_free(expr: str) -> str:
     return expr
 
 
-def metric_names(expr: str) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
-        if isinstance(selector, promql_parser.VectorSelector):
-            if selector.name:
-                names.add(selector.name)
-            for matcher in selector.matchers.matchers:
-                if matcher.name == "__name__" and matcher.op == promql_parser.MatchOp.Equal:
-                    names.add(matcher.value)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
-
-
 def _panels(panels: list[dict[str, Any]]):
     for panel in panels:
         yield panel
@@ -363,15 +353,6 @@ def _label_values(query: str) -> str:
     """`label_values(metric, label)` (a Grafana variable query) as the PromQL selector it reads."""
     match = re.fullmatch(r"label_values\((.+),\s*\w+\)", query.strip())
     return match.group(1) if match else query
-
-
-def unknown_label_values(query: str) -> set[str]:
-    """`label="value"` matchers on a label whose values vLLM fixes, with a value it never writes."""
-    return {
-        f'{label}="{value}"'
-        for label, value in re.findall(r'(\w+)="([^"]*)"', query)
-        if label in VLLM_LABEL_VALUES and value not in VLLM_LABEL_VALUES[label]
-    }
 
 
 @pytest.mark.parametrize("stack", STACKS)

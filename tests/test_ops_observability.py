@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from manifests.observability.kv_path import KV_STATUS_QUERIES, MECHANISM_QUERIES
 from manifests.pd_dashboard import status_queries
 from ops.cli import main
 from ops.status import collect_status
@@ -52,7 +53,7 @@ def test_status_asks_prometheus_the_pd_dashboards_own_queries():
     collect_status(cluster, "inference", "ray-llm")
 
     asked = [c[1] for c in cluster.calls if c[0] == "prometheus_query"]
-    assert asked == list(status_queries().values())
+    assert asked == [*status_queries().values(), *KV_STATUS_QUERIES.values(), *MECHANISM_QUERIES.values()]
     assert all("$" not in query for query in asked)  # no Grafana variable reaches Prometheus
 
 

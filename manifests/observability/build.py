@@ -17,6 +17,7 @@ from manifests.observability.charts import (
     storage_class,
 )
 from manifests.observability.dashboards import dashboard_config_maps
+from manifests.observability.kv_path import KvPathFigures
 from manifests.observability.monitors import kuberay_service_monitor, pod_monitors
 from manifests.observability.rules import prometheus_rule
 from planning.context import ClusterContext
@@ -49,10 +50,13 @@ class ObservabilityManifests:
 
 
 def build_observability(
-    settings: Settings, context: ClusterContext, capacity: CapacityPlan | None = None
+    settings: Settings,
+    context: ClusterContext,
+    capacity: CapacityPlan | None = None,
+    kv: KvPathFigures | None = None,
 ) -> ObservabilityManifests:
     """`capacity`: the reservation the GPU nodes run on, read at preview (a Capacity Block's end is an
-    alert)."""
+    alert); `kv`: the plan's KV path, which the KV-path rules and dashboard row hold the live figures to."""
     addons = context.addons
     return ObservabilityManifests(
         serving_namespace=settings.serving.namespace,
@@ -67,6 +71,6 @@ def build_observability(
         kuberay_service_monitor=kuberay_service_monitor(settings, context)
         if addons.installs("kuberay")
         else None,
-        prometheus_rule=prometheus_rule(settings, context, capacity),
-        dashboards=dashboard_config_maps(settings, context),
+        prometheus_rule=prometheus_rule(settings, context, capacity, kv),
+        dashboards=dashboard_config_maps(settings, context, kv),
     )

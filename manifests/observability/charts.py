@@ -21,6 +21,7 @@ from typing import Any
 from config import Settings, versions
 from manifests.charts import HelmChart
 from manifests.k8s import namespace, pod_security_labels
+from manifests.observability.efa_counters import node_exporter_values
 from planning import system_pods as requests
 from planning.names import cluster_scoped_name
 from planning.nodes import Placement, placement
@@ -168,9 +169,16 @@ def kube_prometheus_stack_chart(settings: Settings) -> HelmChart:
             },
             # On every node (its chart tolerates every NoSchedule taint, the GPU taint included).
             # In the privileged node-agents namespace (`node_agents_namespace`), with its ServiceMonitor.
+            # With prefill/decode disaggregation, a sidecar exports the EFA devices' byte counters,
+            # which node-exporter's InfiniBand collector does not read (efa_counters.py).
             "prometheus-node-exporter": {
                 "namespaceOverride": NODE_AGENTS_NAMESPACE,
                 "resources": _resources(requests.NODE_EXPORTER, "64Mi"),
+                **(
+                    node_exporter_values(_resources(requests.EFA_COUNTERS, "32Mi"))
+                    if requests.efa_counters(settings)
+                    else {}
+                ),
             },
         },
         skip_crds=True,

@@ -16,6 +16,7 @@ from manifests.observability.charts import (
     GRAFANA_SERVICE,
     MONITORING_NAMESPACE,
 )
+from manifests.observability.kv_path import KvPathFigures
 from manifests.observability.monitors import scraper
 from manifests.pd_dashboard import pd_dashboard
 from planning.context import ClusterContext
@@ -34,12 +35,14 @@ def ray_dashboards() -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(RAY_DASHBOARDS.glob("*.json"))}
 
 
-def dashboard_config_maps(settings: Settings, context: ClusterContext) -> list[dict[str, Any]]:
+def dashboard_config_maps(
+    settings: Settings, context: ClusterContext, kv: KvPathFigures | None = None
+) -> list[dict[str, Any]]:
     """One ConfigMap per dashboard, labelled for Grafana's sidecar, in a folder of their own: beside the
     stack's Grafana, or in an existing Prometheus's namespace (kube-prometheus-stack's Grafana sidecar
     looks for the same label in every namespace: `sidecar.dashboards.searchNamespace: ALL` at 88.5.3)."""
     existing = context.addons.prometheus
-    dashboards = {**ray_dashboards(), "pd_dashboard.json": json.dumps(pd_dashboard(settings), indent=2)}
+    dashboards = {**ray_dashboards(), "pd_dashboard.json": json.dumps(pd_dashboard(settings, kv), indent=2)}
     return [
         {
             "apiVersion": "v1",

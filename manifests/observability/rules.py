@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from config import Settings
+from manifests.observability.kv_path import KvPathFigures, kv_path_group
 from manifests.observability.monitors import monitor_metadata
 from planning.context import ClusterContext
 from planning.reservation import CapacityPlan
@@ -58,9 +59,11 @@ def increased(series: str, by: str, window: str = INCREASE_WINDOW) -> str:
     )
 
 
-def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> list[dict[str, Any]]:
-    """The alerts that matter for a disaggregated LLM service, one group (the PrometheusRule's spec);
-    with a Capacity Block (`capacity`), its end too."""
+def alert_rules(
+    settings: Settings, capacity: CapacityPlan | None = None, kv: KvPathFigures | None = None
+) -> list[dict[str, Any]]:
+    """The alerts that matter for a disaggregated LLM service (the PrometheusRule's spec); a Capacity
+    Block's end (`capacity`); the plan's KV path (`kv`) watched, in a group of its own (kv_path.py)."""
     serving_namespace = settings.serving.namespace
     objective = settings.observability.ttft_objective_seconds
 
@@ -173,16 +176,20 @@ def alert_rules(settings: Settings, capacity: CapacityPlan | None = None) -> lis
                 ),
                 *([ending] if (ending := capacity and capacity_block_alert(capacity)) else []),
             ],
-        }
+        },
+        *([kv_path_group(kv)] if kv and settings.serving.mode == "disaggregated" else []),
     ]
 
 
 def prometheus_rule(
-    settings: Settings, context: ClusterContext, capacity: CapacityPlan | None = None
+    settings: Settings,
+    context: ClusterContext,
+    capacity: CapacityPlan | None = None,
+    kv: KvPathFigures | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": monitor_metadata("ray-llm-alerts", settings.serving.namespace, context, rule=True),
-        "spec": {"groups": alert_rules(settings, capacity)},
+        "spec": {"groups": alert_rules(settings, capacity, kv)},
     }

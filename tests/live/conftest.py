@@ -221,6 +221,8 @@ def ray_head(live_stack: StackRun, tmp_path_factory: pytest.TempPathFactory) -> 
         "DASHBOARD_METRIC_PORT": str(ports["dash-metrics"]),
         "AUTOSCALER_METRIC_PORT": str(ports["as-metrics"]),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # A Ray job's `python` (the self-heal driver) is this Python, as the image's is its own.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     for key in ("RAY_GRAFANA_HOST", "RAY_GRAFANA_IFRAME_HOST", "RAY_ADDRESS"):
         env.pop(key, None)

@@ -16,11 +16,20 @@ What it keeps of the real thing:
   series appears at its first increment; the prompt tokens are counted once per request, in the step
   of its first token, beside its time-to-first-token observation (stats.py:389-394); the prompt-token
   histogram takes vLLM's 1-2-5 buckets up to max_model_len.
+- The NIXL connector's series (kv_connector/v1/nixl/stats.py:140-238): on decode, per request whose KV
+  it pulls, one `vllm:nixl_xfer_time_seconds` (bounds 5 ms ... 1, 5 s), `nixl_post_time_seconds`,
+  `nixl_bytes_transferred` (4x bounds) and `nixl_num_descriptors` observation, none for a read that
+  failed; and `vllm:prompt_tokens_by_source` (v1/metrics/loggers.py:680-693, 1194-1200): decode
+  receives a hybrid model's prompt but its last token over NIXL (`external_kv_transfer`) and computes
+  that one (`local_compute`; nixl/base_scheduler.py:334-339), or computes it all when no KV arrives
+  (`kv: recompute`); prefill and aggregated replicas compute every prompt token.
 
 What it does not keep: no GPU, no model, no KV cache and no NIXL. A request "holds" prompt plus
 generated tokens of a fixed KV capacity while it runs for a time its size sets; the KV/NIXL failure
 counters move when a request asks for it (`fail`), which is where vLLM counts them, but nothing is
-transferred. What needs a GPU and vLLM is said in docs/design.md, "What the live tier proves".
+transferred: a "transfer" takes the request's `kv_seconds` (90 ms by default: about 1 GB/s for a
+2048-token prompt of the default model) and moves the bytes the default model's KV would. What needs
+a GPU and vLLM is said in docs/design.md, "What the live tier proves".
 """
 
 from __future__ import annotations
@@ -46,6 +55,18 @@ TTFT_BUCKETS = [
     *(20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
 ]
 """vllm/v1/metrics/loggers.py `vllm:time_to_first_token_seconds` at 0.26.0."""
+NIXL_TIME_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
+"""nixl/stats.py:140-162 at 0.26.0 (`buckets[1:]` for the transfer time)."""
+NIXL_POST_BUCKETS = [0.001, *NIXL_TIME_BUCKETS]
+NIXL_BYTES_BUCKETS = [float(2 ** (10 + i)) for i in range(1, 25, 2)]
+NIXL_DESCRIPTOR_BUCKETS = [
+    float(b) for b in (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
+]
+KV_BYTES_PER_TOKEN = 8 * 2 * 4 * 256 * 2
+STATE_BYTES = 24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
+"""Qwen3.5-9B (planning/capacity.py): 8 attention layers' KV per token, and 24 Gated DeltaNet layers'
+state per sequence, which a transfer carries too."""
+BLOCK_TOKENS = 16
 FAILURES = {
     "transfer": "vllm_nixl_num_failed_transfers",
     "notification": "vllm_nixl_num_failed_notifications",
@@ -78,6 +99,10 @@ class Completion:
     prompt_tokens: int
     max_tokens: int
     fail: str | None = None
+    kv_seconds: float = 0.09
+    """How long decode's read of prefill's KV takes."""
+    kv: str = "nixl"
+    """`recompute`: no KV arrives, decode computes the prompt itself."""
 
 
 class Engine:
@@ -94,6 +119,19 @@ class Engine:
         self.waiting = metrics.Gauge("vllm_num_requests_waiting", "", tag_keys=tags)
         self.kv = metrics.Gauge("vllm_kv_cache_usage_perc", "", tag_keys=tags)
         self.prompt_tokens = metrics.Counter("vllm_prompt_tokens", "", tag_keys=tags)
+        self.by_source = metrics.Counter("vllm_prompt_tokens_by_source", "", tag_keys=(*tags, "source"))
+        self.xfer_time = metrics.Histogram(
+            "vllm_nixl_xfer_time_seconds", "", boundaries=NIXL_TIME_BUCKETS, tag_keys=tags
+        )
+        self.post_time = metrics.Histogram(
+            "vllm_nixl_post_time_seconds", "", boundaries=NIXL_POST_BUCKETS, tag_keys=tags
+        )
+        self.xfer_bytes = metrics.Histogram(
+            "vllm_nixl_bytes_transferred", "", boundaries=NIXL_BYTES_BUCKETS, tag_keys=tags
+        )
+        self.descriptors = metrics.Histogram(
+            "vllm_nixl_num_descriptors", "", boundaries=NIXL_DESCRIPTOR_BUCKETS, tag_keys=tags
+        )
         self.generation_tokens = metrics.Counter("vllm_generation_tokens", "", tag_keys=tags)
         self.success = metrics.Counter("vllm_request_success", "", tag_keys=(*tags, "finished_reason"))
         self.failures = {kind: metrics.Counter(name, "", tag_keys=tags) for kind, name in FAILURES.items()}
@@ -123,8 +161,27 @@ class Engine:
         if value:  # RayCounterWrapper.inc skips 0: a series appears at its first increment
             counter.inc(value, tags={**self.tags, **extra})
 
+    async def _receive(self, request: Completion) -> None:
+        """Decode reading prefill's KV over NIXL: every prompt token but the last (a hybrid model), as
+        one transfer; a read that fails is counted as a failure and observed nowhere else."""
+        if request.kv == "recompute":
+            self._inc(self.by_source, request.prompt_tokens, source="local_compute")
+            await asyncio.sleep(request.prompt_tokens * PREFILL_SECONDS_PER_TOKEN)
+            return
+        received = request.prompt_tokens - 1
+        self._inc(self.by_source, received, source="external_kv_transfer")
+        self._inc(self.by_source, 1, source="local_compute")
+        await asyncio.sleep(request.kv_seconds)
+        if request.fail == "transfer":
+            return
+        self.xfer_time.observe(request.kv_seconds, tags=self.tags)
+        self.post_time.observe(0.0005, tags=self.tags)
+        self.xfer_bytes.observe(received * KV_BYTES_PER_TOKEN + STATE_BYTES, tags=self.tags)
+        self.descriptors.observe(-(-received // BLOCK_TOKENS), tags=self.tags)
+
     async def run(self, request: Completion, prefill: bool, decode: bool) -> dict[str, Any]:
-        """`prefill`: computes the prompt (prefill, aggregated); `decode`: generates (decode, aggregated)."""
+        """`prefill`: computes the prompt (prefill, aggregated); `decode`: generates (decode, aggregated);
+        decode alone receives the prompt's KV from prefill."""
         key = id(request)
         start = time.monotonic()
         self.held[key] = request.prompt_tokens
@@ -132,6 +189,10 @@ class Engine:
             self.stepping = asyncio.get_running_loop().create_task(self._steps())
         try:
             await asyncio.sleep(request.prompt_tokens * PREFILL_SECONDS_PER_TOKEN if prefill else 0)
+            if prefill:
+                self._inc(self.by_source, request.prompt_tokens, source="local_compute")
+            else:
+                await self._receive(request)
             self._inc(self.prompt_tokens, request.prompt_tokens)
             self.ttft.observe(time.monotonic() - start, tags=self.tags)
             if request.fail in FAILURES:
@@ -180,7 +241,7 @@ class StandInPrefill(StandInServer):
 
 class Ingress:
     """The OpenAI ingress, reduced to one route: POST /v1/completions with `prompt_tokens`,
-    `max_tokens` and, to move a failure counter, `fail`."""
+    `max_tokens`, to move a failure counter `fail`, and for the KV path `kv_seconds` and `kv`."""
 
     def __init__(self, server: Any) -> None:
         self.server = server
@@ -192,6 +253,8 @@ class Ingress:
             prompt_tokens=int(body["prompt_tokens"]),
             max_tokens=int(body["max_tokens"]),
             fail=body.get("fail"),
+            kv_seconds=float(body.get("kv_seconds", 0.09)),
+            kv=body.get("kv", "nixl"),
         )
         return JSONResponse(await self.server.generate.remote(request))
 

@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
-from jobs import serve_ready
+from jobs import decode_heal, serve_ready
 from jobs.llm_autoscaling import mean_prompt_tokens_query
+from manifests.decode_heal import MONITORS
+from manifests.observability import kv_path
 from tests.fakes.pulumi import StackRun
 from tests.live.conftest import (
     CLUSTER,
@@ -38,6 +40,7 @@ from tests.live.conftest import (
     serve_applications,
     wait_for,
 )
+from tests.live.standin import KV_BYTES_PER_TOKEN, STATE_BYTES
 
 STANDIN = {
     "ray.serve.llm:build_pd_openai_app": "standin:build_pd_openai_app",
@@ -194,6 +197,50 @@ def test_the_readiness_jobs_check_passes_against_the_live_dashboard(disaggregate
     assert not refused and "refused the token (401)" in message  # none at all, 401
 
 
+def alert_states(prometheus: LivePrometheus, alert: str) -> set[str]:
+    return {
+        a["state"]
+        for a in prometheus.alerts()
+        if a["labels"]["alertname"] == alert and a["labels"].get("ray_io_cluster") == CLUSTER
+    }
+
+
+def test_the_kv_path_sli_and_its_alerts_on_vllms_series_through_ray(
+    disaggregated: Deployed, prometheus: LivePrometheus
+):
+    """Before any load: decode reads each 2048-token prompt's KV (the load's size, so the prefill test
+    below reads the same mean) in 600 ms, 0.15 GB/s against the dev plan's floor of 0.4. The recorded
+    rate is the bytes (the tokens counter times the plan's bytes per token, plus the state) over Ray's
+    midpoint time (625 ms), to rate()'s extrapolation; KvPathBelowFloor goes pending (its most generous
+    reading, at 500 ms, is under the floor too). Then decode computes prompts itself: KvRecomputing
+    goes pending."""
+    assert not alert_states(prometheus, "KvPathBelowFloor")
+    for _ in range(4):
+        disaggregated.post({"prompt": "slow kv", "prompt_tokens": 2048, "max_tokens": 1, "kv_seconds": 0.6})
+    expected = (2047 * KV_BYTES_PER_TOKEN + STATE_BYTES) / 0.625 / 1e9
+    where = f'{{ray_io_cluster="{CLUSTER}"}}'
+
+    def rate() -> float | None:
+        found = prometheus.query(f"{kv_path.RATE}{where}")
+        value = float(found[0]["value"][1]) if len(found) == 1 else None
+        # rate() extrapolates each series from its own first sample: a few parts in 10 000 apart.
+        return value if value and value == pytest.approx(expected, rel=1e-2) else None
+
+    wait_for(
+        f"the recorded KV rate at {expected:.4f} GB/s",
+        rate,
+        30,
+        describe=lambda: prometheus.query(f"{kv_path.RATE}{where}"),
+    )
+    wait_for(
+        "KvPathBelowFloor pending", lambda: "pending" in alert_states(prometheus, "KvPathBelowFloor"), 30
+    )
+    assert not alert_states(prometheus, "KvRecomputing")
+    for _ in range(4):
+        disaggregated.post({"prompt": "no kv", "prompt_tokens": 2048, "max_tokens": 1, "kv": "recompute"})
+    wait_for("KvRecomputing pending", lambda: "pending" in alert_states(prometheus, "KvRecomputing"), 30)
+
+
 def test_disaggregated_each_side_scales_up_under_load_and_back_to_its_minimum(disaggregated: Deployed):
     """Prefill on the prompt tokens it holds, decode on its KV-cache use (`autoscaling.signal: llm`)."""
     scales_up_and_back(disaggregated)
@@ -262,3 +309,95 @@ def test_the_policy_logs_a_line_per_decision(disaggregated: Deployed, aggregated
         assert any(d.startswith("up") for d in lines) and any(d.startswith("down") for d in lines), said
         assert all(a != b for a, b in itertools.pairwise(lines)), said
         assert len(lines) <= 10, said
+
+
+def serve_replicas(ray: LiveRay, application: str, deployment: str) -> list[dict[str, Any]]:
+    found = ray.applications()["applications"].get(application) or {}
+    return [
+        r
+        for r in ((found.get("deployments") or {}).get(deployment, {}).get("replicas") or [])
+        if r.get("state") == "RUNNING"
+    ]
+
+
+def test_decode_heals_itself_once_after_a_prefill_restart(
+    ray_head: LiveRay, prometheus: LivePrometheus, aggregated: Deployed
+):
+    """jobs/decode_heal.py's run against the live Prometheus and Ray's live Jobs API, on the disaggregated
+    stand-in deployed afresh (after the aggregated tests), with a 20-second window: prefill restarts
+    (its replica killed as Serve's would die), then every read into decode fails. One run restarts that
+    decode replica (Serve replaces it) with a log line and one Event; the next, within the window, does
+    nothing and says why."""
+    app = deploy(ray_head, "dev")
+    window = 20
+    decode = next(d for d in app.deployments if d.startswith("Decode:"))
+    prefill = next(d for d in app.deployments if d.startswith("Prefill:"))
+    (old_prefill,) = serve_replicas(ray_head, app.name, prefill)
+    (old_decode,) = serve_replicas(ray_head, app.name, decode)
+    namespace = "inference"
+    jobs = "|".join(f"{namespace}/{m}" for m in MONITORS)
+    queries = decode_heal.queries(namespace, jobs, window)
+    # Decode's own start falls out of the window first; then prefill restarts within it.
+    wait_for(
+        "decode's start out of the window",
+        lambda: (
+            prometheus.query(queries["prefill_started"]) == []
+            and prometheus.query(queries["decode_started"]) == []
+        ),
+        window + 30,
+    )
+    kill = (
+        "import ray; ray.init(address='auto'); "
+        f"ray.kill(ray.get_actor({old_prefill['actor_name']!r}, namespace='serve'), no_restart=True)"
+    )
+    decode_heal.submit(ray_head.dashboard, ray_head.token, f'python -c "{kill}"')
+    wait_for(
+        "a new prefill replica",
+        lambda: [
+            r
+            for r in serve_replicas(ray_head, app.name, prefill)
+            if r["replica_id"] != old_prefill["replica_id"]
+        ],
+        90,
+    )
+    for _ in range(6):
+        app.post(
+            {"prompt": "stale", "prompt_tokens": 16, "max_tokens": 1, "fail": "transfer", "kv_seconds": 0.01}
+        )
+    env = {"NAMESPACE": namespace, "JOBS": jobs, "APPLICATION": app.name, "WINDOW_SECONDS": str(window)}
+    wait_for(
+        "the stale-agent signature in Prometheus",
+        lambda: (
+            decode_heal.decide(
+                decode_heal.observe(prometheus.query, namespace, jobs, window), app.name
+            ).restart
+        ),
+        30,
+        describe=lambda: decode_heal.observe(prometheus.query, namespace, jobs, window),
+    )
+    submitted: list[str] = []
+    events: list[str] = []
+    said: list[str] = []
+
+    def restart(entrypoint: str) -> str:
+        submitted.append(entrypoint)
+        return decode_heal.submit(ray_head.dashboard, ray_head.token, entrypoint)
+
+    assert decode_heal.run(env, prometheus.query, restart, events.append, said.append) == 0
+    assert len(submitted) == 1 and old_decode["actor_name"] in submitted[0]
+    assert len(events) == 1 and f"replica {old_decode['replica_id']}" in said[0], said
+    wait_for(
+        "Serve replaced the decode replica",
+        lambda: [
+            r
+            for r in serve_replicas(ray_head, app.name, decode)
+            if r["replica_id"] != old_decode["replica_id"]
+        ],
+        90,
+        describe=lambda: serve_replicas(ray_head, app.name, decode),
+    )
+    # The next minute: the restart itself is a decode start within the window.
+    wait_for("decode's restart seen", lambda: prometheus.query(queries["decode_started"]), 30)
+    assert decode_heal.run(env, prometheus.query, restart, events.append, said.append) == 0
+    assert len(submitted) == 1 and len(events) == 1
+    assert said[-1].startswith("decode-heal: no restart"), said[-1]
