@@ -116,6 +116,22 @@ class DecodeScaling(SideScaling):
     )
 
 
+class RatioBand(StrictModel):
+    """Prefill replicas per decode replica, at least and at most."""
+
+    min: float = Field(gt=0, description="Fewest prefill replicas per decode replica (e.g. 0.5: 1:2).")
+    max: float = Field(gt=0, description="Most prefill replicas per decode replica (e.g. 2: 2:1).")
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> RatioBand:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+        return self
+
+    def holds(self, prefill: int, decode: int) -> bool:
+        return decode > 0 and self.min <= prefill / decode <= self.max
+
+
 class AutoscalingConfig(StrictModel):
     """Serve replicas per side, GPU worker pods and GPU nodes that follow load; and parking."""
 
@@ -147,6 +163,13 @@ class AutoscalingConfig(StrictModel):
         "happens above the target). With `signal: slo`: a side gives up a replica only while its p95 "
         "latency stays at or below this share of its target (and the fewer replicas would each hold "
         "fewer requests than one held when the target was last breached).",
+    )
+    ratio: RatioBand | None = Field(
+        None,
+        description="With `signal: llm`: keep prefill:decode replicas within this band as the sides scale "
+        "(e.g. `{min: 0.5, max: 2}`): a side whose own decision would leave it waits (adds or removes "
+        "only as far as the band allows) until the other side has moved. The sides' minimum replicas "
+        "must lie in it. Unset: each side scales on its own.",
     )
     prefill: PrefillScaling = Field(default_factory=PrefillScaling)  # type: ignore[arg-type]
     decode: DecodeScaling = Field(default_factory=DecodeScaling)  # type: ignore[arg-type]

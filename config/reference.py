@@ -117,6 +117,14 @@ def _nested(field: FieldInfo) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
+def _optional_nested(field: FieldInfo) -> type[BaseModel] | None:
+    """The model of an optional sub-section (`X | None`), whose keys are listed under it."""
+    if get_origin(field.annotation) not in (Union, types.UnionType):
+        return None
+    models = [a for a in get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
 def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
     rows = []
     declared = typing.get_type_hints(model, include_extras=True)  # the Annotated types, as written
@@ -129,6 +137,9 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
         description = " ".join((field.description or "").split()).replace("|", "\\|")
         kind = _type(declared.get(name, field.annotation)) + _bounds(field)
         rows.append(f"| `{key}` | {kind} | {_default(field)} | {description} |")
+        optional = _optional_nested(field)
+        if optional is not None:
+            rows += _rows(optional, f"{key}.")
     return rows
 
 

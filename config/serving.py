@@ -200,6 +200,8 @@ _RESERVED_ENGINE_KWARGS = {
     "enforce_eager",
     "kv_transfer_config",
     "tensor_parallel_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
     "model",
     "served_model_name",
     # vLLM 0.26 replaces any kv_connector with its offload connector when kv_offloading_size is set
@@ -207,13 +209,61 @@ _RESERVED_ENGINE_KWARGS = {
     "kv_offloading_size",
     "kv_offloading_backend",
 }
+_OWNED_BY = (
+    "maxModelLen, dtype, gpuMemoryUtilization, enforceEager, tensorParallelSize, maxNumSeqs, "
+    "maxNumBatchedTokens, nixlBackends, id/source, kvOffloadGib"
+)
+
+Side = Literal["prefill", "decode"]
+SIDES: tuple[Side, Side] = ("prefill", "decode")
+
+
+def _no_owned_engine_kwargs(value: dict[str, Any]) -> dict[str, Any]:
+    owned = sorted(_RESERVED_ENGINE_KWARGS & value.keys())
+    if owned:
+        raise ValueError(f"{owned} are set by their own model keys ({_OWNED_BY}); remove them here")
+    return value
+
+
+class SideModelConfig(StrictModel):
+    """What one side, prefill or decode, runs differently from the shared `model` keys: each key set
+    here replaces the shared one for that side's LLMConfig (and its GPU workers) only."""
+
+    tensor_parallel_size: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="This side's GPUs per replica (default: `model.tensorParallelSize`). Prefill and "
+        "decode sizes must divide one another (vLLM 0.26's NIXL connector; docs/design.md, "
+        '"Per-side engine settings" says which other pairs it refuses); with different sizes each side '
+        "gets a KubeRay worker group of its own.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="This side's `gpuMemoryUtilization` (default: the shared one)."
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="This side's `maxNumSeqs` (default: the shared one)."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="This side's `maxNumBatchedTokens` (default: the shared one)."
+    )
+    extra_engine_kwargs: dict[str, Any] | None = Field(
+        None,
+        description="Engine arguments for this side, merged over `model.extraEngineKwargs` (a key here "
+        "replaces the shared key of that name). Keys that other settings own are refused.",
+    )
+
+    @field_validator("extra_engine_kwargs")
+    @classmethod
+    def _no_owned_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _no_owned_engine_kwargs(value)
 
 
 class ModelConfig(StrictModel):
     """The model Ray Serve LLM serves on both sides, prefill and decode, and what the fit check
     needs to know about it. Each prefill or decode replica is one GPU worker pod with
-    `tensorParallelSize` GPUs; `gpuNodes.desiredSize` must host them all, at
-    min(GPUs / tensorParallelSize, EFA interfaces) pods per node."""
+    `tensorParallelSize` GPUs (the side's own where `prefill` or `decode` sets one); `gpuNodes.desiredSize`
+    must host them all, at min(GPUs / tensorParallelSize, EFA interfaces) pods per node."""
 
     id: str = Field(
         "qwen3.5-9b",
@@ -248,6 +298,27 @@ class ModelConfig(StrictModel):
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=8, description="GPUs per replica (vLLM `tensor_parallel_size`), all in one pod."
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="Most sequences one engine runs at once (vLLM `max_num_seqs`). Unset: vLLM's own "
+        "default, and the serve config carries none.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most tokens one engine step processes (vLLM `max_num_batched_tokens`), the chunk "
+        "size of a long prompt. Unset: vLLM's own default, and the serve config carries none.",
+    )
+    prefill: SideModelConfig | None = Field(
+        None,
+        description="Prefill's own engine settings (tensorParallelSize, gpuMemoryUtilization, maxNumSeqs, "
+        "maxNumBatchedTokens, extraEngineKwargs), each replacing the shared key for prefill only.",
+    )
+    decode: SideModelConfig | None = Field(
+        None,
+        description="Decode's own engine settings, as `prefill`, for decode only.",
     )
     prefill_replicas: int = Field(
         1,
@@ -361,13 +432,32 @@ class ModelConfig(StrictModel):
     @field_validator("extra_engine_kwargs")
     @classmethod
     def _no_owned_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
-        owned = sorted(_RESERVED_ENGINE_KWARGS & value.keys())
-        if owned:
-            raise ValueError(
-                f"{owned} are set by their own model keys (maxModelLen, dtype, gpuMemoryUtilization, "
-                "enforceEager, tensorParallelSize, nixlBackends, id/source, kvOffloadGib); remove them here"
-            )
-        return value
+        return _no_owned_engine_kwargs(value)
+
+    def side(self, side: Side) -> ModelConfig:
+        """The model as `side`'s LLMConfig and GPU workers see it: the shared keys with the side's own
+        (`model.prefill` / `model.decode`) in their place, extraEngineKwargs merged key by key. The one
+        place every per-side reader (serve config, fit check, worker groups, KV path) asks; without
+        per-side keys it is the model itself."""
+        own = self.prefill if side == "prefill" else self.decode
+        if own is None:
+            return self
+        update: dict[str, Any] = {
+            name: value for name, value in own if value is not None and name != "extra_engine_kwargs"
+        }
+        if own.extra_engine_kwargs is not None:
+            update["extra_engine_kwargs"] = {**self.extra_engine_kwargs, **own.extra_engine_kwargs}
+        return self.model_copy(update={**update, "prefill": None, "decode": None})
+
+    def tensor_parallel_sizes(self) -> dict[Side, int]:
+        """Each side's GPUs per replica."""
+        return {side: self.side(side).tensor_parallel_size for side in SIDES}
+
+    @property
+    def split_tensor_parallel(self) -> bool:
+        """Whether prefill and decode replicas take different numbers of GPUs (then each side has a
+        worker group of its own)."""
+        return len(set(self.tensor_parallel_sizes().values())) > 1
 
 
 class ModelCacheConfig(StrictModel):

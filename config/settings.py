@@ -155,6 +155,7 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
                 f"{project}:autoscaling.{side}.maxReplicas: {maximum} is below {project}:model."
                 f"{side}Replicas {minimum}, the side's minimum"
             )
+    problems += _ratio_problems(settings, project)
     if scaling.signal in ("llm", "slo") and not settings.observability.enabled:
         problems.append(
             f"{project}:autoscaling.signal: {scaling.signal} reads the engines' figures from the stack's "
@@ -189,6 +190,30 @@ def _cross_section_problems(settings: Settings, project: str) -> list[str]:
                 f"use at least {MIN_API_KEY_LENGTH} (or remove it and let the stack generate one)"
             )
     return problems
+
+
+def _ratio_problems(settings: Settings, project: str) -> list[str]:
+    """`autoscaling.ratio` is kept by the LLM-signal policy of two sides: it needs that policy, both
+    sides, and a band the sides' minimums (where they rest) lie in."""
+    scaling, model = settings.autoscaling, settings.model
+    band = scaling.ratio
+    if band is None:
+        return []
+    key = f"{project}:autoscaling.ratio"
+    if scaling.signal != "llm":
+        return [
+            f"{key}: the band is kept by the stack's LLM-signal policy; set {project}:autoscaling.signal: llm"
+        ]
+    if settings.serving.mode == "aggregated":
+        return [f"{key}: {project}:serving.mode aggregated has no prefill and decode sides to keep in a band"]
+    prefill, decode = model.prefill_replicas, model.decode_replicas
+    if not band.holds(prefill, decode):
+        return [
+            f"{key}: {{min: {band.min:g}, max: {band.max:g}}} cannot be met: the sides rest at their "
+            f"minimums, {project}:model.prefillReplicas {prefill} : model.decodeReplicas {decode} = "
+            f"{prefill / decode:g}, outside the band; widen the band or change the minimums"
+        ]
+    return []
 
 
 def _side_node_problems(settings: Settings, project: str) -> list[str]:

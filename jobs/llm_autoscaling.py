@@ -17,7 +17,10 @@ pod), and the `namespace` and `job` labels the stack's own PodMonitors give thei
   4000 there;
 - decode: vLLM's `kv_cache_usage_perc` summed over the side's engines, against `target` per replica.
 
-`decide` is the whole decision and a pure function. Ray wraps the policy (`_apply_autoscaling_config`
+`decide` is the whole decision and a pure function. With `autoscaling.ratio`, `keep_in_band` (pure too)
+is a separate step after it: the side's replicas stay within the prefill:decode band, reading the other
+side's healthy replicas (`replicas_query`) with the side's own figure; a side that would leave the band
+waits for the other. Ray wraps the policy (`_apply_autoscaling_config`
 in ray/serve/autoscaling_policy.py) with the deployment's upscale and downscale delays and bounds; the
 band here is what keeps one removal from putting the rest over the target at once.
 
@@ -68,6 +71,8 @@ READING = "llm_reading"
 READ_AT = "llm_read_at"
 LOAD = "llm_load"
 DECIDED = "llm_decided"
+PEER = "llm_peer"
+PEER_READ_AT = "llm_peer_read_at"
 WINDOW = "2m"
 
 
@@ -132,6 +137,30 @@ def decide_on_latency(
     else:
         wanted = current
     return max(minimum, min(maximum, wanted))
+
+
+def keep_in_band(
+    side: Literal["prefill", "decode"],
+    wanted: int,
+    current: int,
+    peer: float | None,
+    low: float,
+    high: float,
+) -> int:
+    """`autoscaling.ratio`, a step after the side's own decision (`wanted`): prefill:decode replicas kept
+    within [low, high], `peer` the other side's replicas. A side whose move would leave the band goes
+    only as far as the band allows, and never the other way: it waits for the other side. Unknown or no
+    peer replicas (the other side still starting): the side's own decision."""
+    if peer is None or peer <= 0 or math.isnan(peer) or wanted == current:
+        return wanted
+    eps = 1e-9  # 0.5 x 4 is 2, not 1.9999
+    if side == "prefill":
+        fewest, most = math.ceil(low * peer - eps), math.floor(high * peer + eps)
+    else:
+        fewest, most = math.ceil(peer / high - eps), math.floor(peer / low + eps)
+    if wanted > current:
+        return max(current, min(wanted, most))
+    return min(current, max(wanted, fewest))
 
 
 def _string(value: str) -> str:
@@ -223,6 +252,24 @@ def latency_query(
     )
 
 
+def replicas_query(
+    cluster: str | None,
+    application: str | None,
+    deployment: str,
+    namespace: str | None = None,
+    jobs: str | None = None,
+) -> str:
+    """A deployment's healthy replicas, as the Serve controller reports them: one series per replica, 1
+    while healthy, set again every 10 s (ray/serve/_private/deployment_state.py `_set_health_gauge`,
+    RAY_SERVE_STATUS_GAUGE_REPORT_INTERVAL_S)."""
+    labels = [
+        *selector(cluster, namespace, jobs),
+        *([f"application={_string(application)}"] if application else []),
+        f"deployment={_string(deployment)}",
+    ]
+    return f"sum(ray_serve_deployment_replica_healthy{{{', '.join(labels)}}})"
+
+
 def ask_prometheus(url: str, query: str, timeout: float) -> float | None:
     """An instant query's one value; None for no series, NaN, or any error."""
     address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
@@ -249,11 +296,22 @@ class LlmScalingPolicy:
         jobs: str | None = None,
         refresh_seconds: float = 15.0,
         timeout_seconds: float = 1.0,
+        side: Literal["prefill", "decode"] | None = None,
+        peer: str | None = None,
+        ratio_min: float | None = None,
+        ratio_max: float | None = None,
     ) -> None:
         """`namespace`: the Ray pods' namespace; `jobs`: a regular expression of the `job` labels the
-        stack's PodMonitors give (manifests/serve_app.py renders both)."""
+        stack's PodMonitors give (manifests/serve_app.py renders both). `side`, `peer` (the other side's
+        deployment), `ratio_min` and `ratio_max`: `autoscaling.ratio` (`keep_in_band`)."""
         if signal not in ("prompt_tokens", "kv_cache"):
             raise ValueError(f"signal {signal!r} is not prompt_tokens or kv_cache")
+        banded = (side, peer, ratio_min, ratio_max)
+        if any(v is not None for v in banded) and (None in banded or side not in ("prefill", "decode")):
+            raise ValueError("a ratio band needs side (prefill or decode), peer, ratio_min and ratio_max")
+        self.side: Literal["prefill", "decode"] | None = side
+        self.peer = peer
+        self.ratio = (ratio_min, ratio_max) if ratio_min is not None and ratio_max is not None else None
         self.signal = signal
         self.target = target
         self.band = band
@@ -274,6 +332,27 @@ class LlmScalingPolicy:
             logger.warning("llm autoscaling: %s is not set on the Ray head; holding replicas", PROMETHEUS_ENV)
             return None
         return ask_prometheus(url, self.query(ctx, os.environ.get(CLUSTER_ENV)), self.timeout_seconds)
+
+    def read_peer(self, ctx: AutoscalingContext) -> float | None:
+        """The other side's healthy replicas (`autoscaling.ratio`); None: unknown."""
+        url = os.environ.get(PROMETHEUS_ENV)
+        if not url or self.peer is None:
+            return None
+        query = replicas_query(
+            os.environ.get(CLUSTER_ENV), ctx.app_name, self.peer, self.namespace, self.jobs
+        )
+        return ask_prometheus(url, query, self.timeout_seconds)
+
+    def in_band(self, ctx: AutoscalingContext, state: dict[str, Any], wanted: int, current: int) -> int:
+        """The step after the side's own decision: `keep_in_band`, with the peer's replicas read at the
+        same pace as the side's own figure (state `llm_peer`)."""
+        if self.ratio is None or self.side is None:
+            return wanted
+        if state.get(PEER_READ_AT) != state.get(READ_AT):  # read with this side's own figure
+            state[PEER] = self.read_peer(ctx)
+            state[PEER_READ_AT] = state.get(READ_AT)
+        low, high = self.ratio
+        return keep_in_band(self.side, wanted, current, state.get(PEER), low, high)
 
     def load(self, ctx: AutoscalingContext, reading: float | None) -> float | None:
         """The side's load; None: unknown (hold). A side that holds no request is idle whatever the
@@ -304,6 +383,7 @@ class LlmScalingPolicy:
             ctx.capacity_adjusted_max_replicas,
             self.band,
         )
+        replicas = self.in_band(ctx, state, replicas, current)
         # Ray calls this every control-loop tick, through its delay windows too: one line per decision.
         if replicas != state.get(DECIDED, current):
             logger.info(

@@ -244,7 +244,7 @@ def serve_config_of(settings: Settings, plan: Plan) -> ServeConfig:
         mode=serving.mode,
         policy_scope=policy_scope(settings, plan) if llm_policy_shipped(settings, plan) else None,
         ttft_objective=settings.observability.ttft_objective_seconds,
-        pinned=plan.split,
+        pinned=plan.split_workers,
     )
 
 
@@ -436,7 +436,10 @@ def _worker_pod(settings: Settings, plan: Plan, side: SidePlan | None = None) ->
         service_account_name=RAY_SERVICE_ACCOUNT,
         termination_grace_period_seconds=settings.autoscaling.graceful_shutdown_seconds
         + TERMINATION_MARGIN_SECONDS,
-        node_selector=where.side_selector(side.side) if side else where.gpu_selector,
+        # A side on gpuNodes (its own worker group only for its tensor-parallel size) selects them all.
+        node_selector=where.side_selector(side.side)
+        if side and side.section != "gpuNodes"
+        else where.gpu_selector,
         tolerations=tolerations,
         # Workers never call the Kubernetes API (the autoscaler is in the head pod); their AWS access
         # is Pod Identity's own projected token.
@@ -550,7 +553,7 @@ def build_rayservice(settings: Settings, plan: Plan) -> RayServiceManifest:
                         ),
                     )
                 ]
-                if not plan.split
+                if not plan.split_workers
                 else [side_worker_group(settings, plan, side) for side in plan.sides],
             ),
         ),

@@ -26,7 +26,7 @@ from config.autoscaling import AutoscalingConfig as ScalingSettings
 from config.autoscaling import DecodeScaling, PrefillScaling, SideScaling, ttft_target
 from config.base import SAFE_DUMPER
 from config.routing import PrefixRouterConfig
-from config.serving import ModelConfig, ServingConfig
+from config.serving import ModelConfig, ServingConfig, Side
 from planning.kv_path import KvPath, hybrid_layers, prefix_cache
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -118,6 +118,8 @@ class EngineKwargs(ServeModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enforce_eager: bool
     tensor_parallel_size: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
     kv_transfer_config: KvTransferConfig | MultiKvTransferConfig | None = None
     """None: aggregated, each replica keeps its own KV cache."""
     kv_offloading_size: float | None = Field(None, gt=0)
@@ -309,12 +311,35 @@ SLO_POLICY = "llm_autoscaling:SloScalingPolicy"
 """The same module's policy on latency targets (`autoscaling.signal: slo`)."""
 
 
+def deployment_name(model_id: str, side: Side) -> str:
+    """The Serve deployment of a side: `Prefill:` or `Decode:` and the model id with `/` as `--` and `.`
+    as `_` (Ray 2.58 ray/llm/_internal/serve/core/server/builder.py:37-38, 64-73; prefill_decode/
+    builder.py `name_prefix`)."""
+    return f"{side.capitalize()}:{model_id.replace('/', '--').replace('.', '_')}"
+
+
+def band_kwargs(scaling: ScalingSettings, model_id: str, side: Side) -> dict[str, str | float]:
+    """`autoscaling.ratio` for one side's policy: the band, which side it is, and its peer deployment,
+    whose replicas the policy reads (jobs/llm_autoscaling.py `keep_in_band`). Empty without a band."""
+    band = scaling.ratio
+    if band is None:
+        return {}
+    peer: Side = "decode" if side == "prefill" else "prefill"
+    return {
+        "side": side,
+        "peer": deployment_name(model_id, peer),
+        "ratio_min": band.min,
+        "ratio_max": band.max,
+    }
+
+
 def llm_policy(
     side: SideScaling,
     scaling: ScalingSettings,
     scope: Mapping[str, str] | None = None,
     ttft_objective: float | None = None,
     aggregated: bool = False,
+    band: Mapping[str, str | float] | None = None,
 ) -> AutoscalingPolicy | None:
     """`autoscaling.signal: llm`: prefill on the prompt tokens it holds, decode on its KV-cache use.
     `signal: slo`: prefill on its p95 time to first token, decode on its p95 inter-token latency, an
@@ -344,7 +369,13 @@ def llm_policy(
         return None
     return AutoscalingPolicy(
         policy_function=LLM_POLICY,
-        policy_kwargs={"signal": signal, "target": target, "band": scaling.downscale_band, **(scope or {})},
+        policy_kwargs={
+            "signal": signal,
+            "target": target,
+            "band": scaling.downscale_band,
+            **(scope or {}),
+            **(band or {}),
+        },
     )
 
 
@@ -355,9 +386,10 @@ def _deployment(
     scope: Mapping[str, str] | None = None,
     ttft_objective: float | None = None,
     aggregated: bool = False,
+    band: Mapping[str, str | float] | None = None,
 ) -> DeploymentConfig:
     maximum = side.max_replicas or replicas
-    policy = llm_policy(side, scaling, scope, ttft_objective, aggregated)
+    policy = llm_policy(side, scaling, scope, ttft_objective, aggregated, band)
     autoscaling = (
         AutoscalingConfig(
             min_replicas=replicas,
@@ -464,9 +496,10 @@ def _side(
     kv_path: KvPath | None,
     pinned: bool = False,
 ) -> LLMSide:
-    """`engine_id` and `kv_path`: the side's NIXL connector; `kv_path` None: none (aggregated). A CPU
-    tier (`model.kvOffloadGib`) on prefill beside NIXL, on an aggregated replica alone. `pinned`: the
-    side's engine workers run only on its own worker group (`SIDE_RESOURCES`)."""
+    """`model`: the side's engine (`ModelConfig.side`). `engine_id` and `kv_path`: the side's NIXL
+    connector; `kv_path` None: none (aggregated). A CPU tier (`model.kvOffloadGib`) on prefill beside
+    NIXL, on an aggregated replica alone. `pinned`: the side's engine workers run only on its own
+    worker group (`SIDE_RESOURCES`)."""
     return LLMSide(
         placement_group_config=PlacementGroupConfig(
             bundle_per_worker=PlacementBundle.model_validate({"GPU": 1, SIDE_RESOURCES[engine_id]: 1})
@@ -483,6 +516,8 @@ def _side(
             gpu_memory_utilization=model.gpu_memory_utilization,
             enforce_eager=model.enforce_eager,
             tensor_parallel_size=model.tensor_parallel_size if model.tensor_parallel_size > 1 else None,
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
             kv_transfer_config=_kv_transfer(model, engine_id, kv_path, offload=engine_id == "prefill")
             if kv_path
             else None,
@@ -505,31 +540,46 @@ def _pd_application(
     ttft_objective: float | None = None,
     pinned: bool = False,
 ) -> ServeApplication:
-    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL.
-    `pinned`: each side on its own worker group."""
+    """`build_pd_openai_app`: a prefill and a decode deployment, the KV cache crossing over NIXL, each
+    with its own engine settings (`ModelConfig.side`). `pinned`: each side on its own worker group."""
+    prefill, decode = model.side("prefill"), model.side("decode")
     return ServeApplication(
         name=name,
         args=PDArgs(
             prefill_config=_side(
-                model,
+                prefill,
                 source,
                 "prefill",
                 routed(
-                    _deployment(model.prefill_replicas, scaling.prefill, scaling, scope, ttft_objective),
+                    _deployment(
+                        model.prefill_replicas,
+                        scaling.prefill,
+                        scaling,
+                        scope,
+                        ttft_objective,
+                        band=band_kwargs(scaling, model.id, "prefill"),
+                    ),
                     serving,
-                    model,
+                    prefill,
                 ),
                 kv_path,
                 pinned,
             ),
             decode_config=_side(
-                model,
+                decode,
                 source,
                 "decode",
                 routed(
-                    _deployment(model.decode_replicas, scaling.decode, scaling, scope, ttft_objective),
+                    _deployment(
+                        model.decode_replicas,
+                        scaling.decode,
+                        scaling,
+                        scope,
+                        ttft_objective,
+                        band=band_kwargs(scaling, model.id, "decode"),
+                    ),
                     serving,
-                    model,
+                    decode,
                 ),
                 kv_path,
                 pinned,

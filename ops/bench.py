@@ -171,26 +171,33 @@ def run_document(
     hourly: float | None,
     source: str,
     label: str | None = None,
+    ratio: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The result file: what was measured, on what, and each point of the run."""
+    """The result file: what was measured, on what, and each point of the run. `ratio`: the prefill and
+    decode replicas a `--ratios` run set (ops/bench_ratio.py), which the workers and GPUs follow."""
     gpu, tp = plan.gpu, plan.fit.tensor_parallel_size
+    workers, gpus = plan.gpu_workers, plan.worker_gpus
+    if ratio is not None:
+        sizes = [plan.side(side).tensor_parallel_size for side in ("prefill", "decode")]
+        workers, gpus = sum(ratio), sum(n * size for n, size in zip(ratio, sizes, strict=True))
     return {
         "format": FORMAT,
-        "label": label or f"{stack} ({plan.mode})",
+        "label": label or f"{stack} ({plan.mode})" + (f" P:D {ratio[0]}:{ratio[1]}" if ratio else ""),
         "stack": stack,
         "mode": plan.mode,
         "model": {"id": settings.model.id, "source": settings.model.source},
-        "gpu": gpu_document(settings, plan)
+        "gpu": {**gpu_document(settings, plan), "workers": workers, "gpus": gpus}
         if plan.split
         else {
             "instance_type": gpu.name,
             "gpu": gpu.describe_gpu(),
             "gpus_per_node": gpu.gpus,
             "nodes": settings.gpu_nodes.desired_size,
-            "workers": plan.gpu_workers,
+            "workers": workers,
             "gpus_per_worker": tp,
-            "gpus": plan.gpu_workers * tp,
+            "gpus": gpus,
         },
+        **({"ratio": {"prefill": ratio[0], "decode": ratio[1]}} if ratio else {}),
         "kv_path": kv_path_of(plan),
         "workload": {
             "input_len": options.input_len,

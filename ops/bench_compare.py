@@ -95,8 +95,10 @@ class Run:
             if kv
             else "no KV transfer (aggregated)"
         )
+        ratio = doc.get("ratio")
+        pd = f", P:D {ratio['prefill']}:{ratio['decode']}" if ratio else ""
         return (
-            f"{self.letter}  {self.label}: {self.path.name}, stack {doc['stack']}, {doc['mode']}, model "
+            f"{self.letter}  {self.label}: {self.path.name}, stack {doc['stack']}, {doc['mode']}{pd}, model "
             f"{doc['model']['id']}, {gpu['nodes']} x {gpu['instance_type']} ({gpu['gpus']} GPUs in "
             f"{gpu['workers']} workers), {path}"
         )

@@ -251,6 +251,13 @@ def _bench_parser(commands: Subparsers) -> None:
         help="one run per concurrency, in this order (e.g. 1,4,16,64), each recorded; replaces --concurrency",
     )
     bench.add_argument(
+        "--ratios",
+        type=_ratios,
+        metavar="P:D,P:D,...",
+        help="run the points once per prefill:decode replica ratio (e.g. 1:1,2:1,1:2), set on the live stack "
+        "through Ray Serve's REST API without a deploy and put back at the end; one result file each",
+    )
+    bench.add_argument(
         "--request-rate",
         type=_positive_float,
         metavar="RPS",
@@ -326,6 +333,15 @@ def _concurrencies(text: str) -> tuple[int, ...]:
     if any(v < 1 for v in values) or len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"{text}: distinct concurrencies of at least 1")
     return values
+
+
+def _ratios(text: str) -> tuple[tuple[int, int], ...]:
+    from ops.bench_ratio import parse_ratios
+
+    try:
+        return parse_ratios(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _probe_mib(text: str) -> int:
@@ -442,6 +458,8 @@ def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Calla
     hourly, source = stack_hourly(settings, args.root)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     path: Path = args.json or Path(f"bench-{args.stack}-{plan.mode}-{stamp}.json")
+    if args.ratios:
+        return _bench_ratios(args, connect, run, sleep, settings, plan, options, path)
 
     def save(points: list[Any]) -> None:
         document = run_document(args.stack, settings, plan, options, points, hourly, source, args.label)
@@ -462,6 +480,67 @@ def _bench(args: argparse.Namespace, connect: Connect, run: Runner, sleep: Calla
         print(format_sweep(points, hourly), end="")
     progress(f"wrote {path}")
     failed = any(p.result.failed or not p.result.completed for p in points)
+    return 1 if failed else 0
+
+
+def _bench_ratios(
+    args: argparse.Namespace,
+    connect: Connect,
+    run: Runner,
+    sleep: Callable[[float], None],
+    settings: Any,
+    plan: Any,
+    options: Any,
+    path: Path,
+) -> int:
+    """`--ratios`: the sweep once per prefill:decode ratio (ops/bench_ratio.py), a result file each
+    (`<file>-<P>x<D>.json`), and the comparison of them all."""
+    import json
+
+    from ops.bench import format_sweep, run_document, run_sweep, stack_hourly
+    from ops.bench_compare import compare_report, load_runs
+    from ops.bench_ratio import dashboard_rest, ratio_problems, run_ratio_sweep
+
+    problems = ratio_problems(settings, plan, args.ratios)
+    if problems:
+        raise OpsError("\n".join(problems), exit_code=2)
+    hourly, source = stack_hourly(settings, args.root)
+    concurrencies = args.sweep or (args.concurrency,)
+    paths: list[Path] = []
+
+    def measure(ratio: tuple[int, int]) -> list[Any]:
+        ratio_path = path.with_name(f"{path.stem}-{ratio[0]}x{ratio[1]}{path.suffix or '.json'}")
+        named = replace(options, name=f"{options.name}-r{ratio[0]}x{ratio[1]}")
+
+        def save(points: list[Any]) -> None:
+            document = run_document(
+                args.stack, settings, plan, named, points, hourly, source, args.label, ratio=ratio
+            )
+            ratio_path.write_text(json.dumps(document, indent=2) + "\n")
+
+        points = run_sweep(api, settings, plan.image, named, concurrencies, progress, save, sleep=sleep)
+        paths.append(ratio_path)
+        print(f"P:D {ratio[0]}:{ratio[1]}, {options.requests} requests per point:")
+        print(format_sweep(points, hourly), end="")
+        return points
+
+    with _kubeconfig(args, run) as kubeconfig:
+        _credentials_work(kubeconfig, run)
+        api = connect(ConnectOptions(kubeconfig, ServiceEndpoint(settings.serving.namespace, "unused")))
+        api.check_access()
+        measured = run_ratio_sweep(
+            dashboard_rest(api, settings),
+            settings.serving.application_name,
+            args.ratios,
+            measure,
+            progress,
+            sleep,
+        )
+    for written in paths:
+        progress(f"wrote {written}")
+    if len(paths) > 1:
+        print(compare_report(load_runs(paths)), end="")
+    failed = any(p.result.failed or not p.result.completed for _, points in measured for p in points)
     return 1 if failed else 0
 
 

@@ -113,6 +113,18 @@ class KubeApi(Protocol):
 
     def http_get(self, path: str, headers: Headers | None = None) -> HttpResponse: ...
 
+    def service_request(
+        self,
+        where: ServiceEndpoint,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        headers: Headers | None = None,
+    ) -> HttpResponse | None:
+        """`method` `path` on a ready pod behind the Service `where`, through a port-forward (which no
+        NetworkPolicy governs, as for Prometheus); None when no ready pod serves that port."""
+        ...
+
     def http_post_stream(
         self, path: str, body: Mapping[str, Any], headers: Headers | None = None
     ) -> Iterator[str]:
@@ -189,6 +201,31 @@ def http_get_over(sock: Any, path: str, timeout: float = API_TIMEOUT_S) -> HttpR
     framing and ends when the server closes the connection."""
     sock.settimeout(timeout)
     sock.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: application/json\r\n\r\n".encode())
+    raw = b""
+    while chunk := sock.recv(65536):
+        raw += chunk
+    return parse_http_response(raw)
+
+
+def http_request_over(
+    sock: Any,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    headers: Headers | None = None,
+    timeout: float = API_TIMEOUT_S,
+) -> HttpResponse:
+    """`method` `path` with a JSON body over a connected socket, as HTTP/1.0 like `http_get_over`."""
+    data = json.dumps(body).encode() if body is not None else b""
+    lines = [
+        f"{method} {path} HTTP/1.0",
+        "Host: localhost",
+        "Accept: application/json",
+        *(["Content-Type: application/json", f"Content-Length: {len(data)}"] if body is not None else []),
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
+    sock.settimeout(timeout)
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
     raw = b""
     while chunk := sock.recv(65536):
         raw += chunk
@@ -423,6 +460,43 @@ class KubeClient:
             if getattr(error, "status", None) == 404:
                 return None
             raise self._failure(f"cannot read {plural} {namespace}/{name}", error) from None
+
+    def service_request(
+        self,
+        where: ServiceEndpoint,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        headers: Headers | None = None,
+    ) -> HttpResponse | None:
+        from kubernetes.stream import portforward
+
+        service = self.get_object("v1", "services", where.namespace, where.service)
+        if service is None:
+            return None
+        selector = ",".join(
+            f"{k}={v}" for k, v in ((service.get("spec") or {}).get("selector") or {}).items()
+        )
+        target = (
+            forward_target(service, self.list_pods(where.namespace, selector), where.port)
+            if selector
+            else None
+        )
+        if target is None:
+            return None
+        pod, port = target
+        core = type(self._core)(self._api)  # as in prometheus_query: the port-forward's own client
+        try:
+            forward = portforward(
+                core.connect_get_namespaced_pod_portforward, pod, where.namespace, ports=str(port)
+            )
+            try:
+                return http_request_over(forward.socket(port), method, path, body, headers)
+            finally:
+                forward.close()
+        except self._errors() as error:
+            what = f"cannot {method} {path} through a port-forward to {where.namespace}/{pod}"
+            raise self._failure(what, error) from None
 
     def prometheus_query(
         self, query: str, prometheus: ServiceEndpoint | None = None

@@ -49,6 +49,9 @@ class ModelSize:
     state_bytes_per_sequence: int = 0
     """What a hybrid model's state layers hold per sequence, whatever its length: the part of a
     request's KV transfer that does not grow with the prompt (planning/kv_path.py)."""
+    kv_heads: int | None = None
+    """KV heads of the attention layers: which prefill and decode tensor-parallel sizes NIXL can pair
+    (planning/tensor_parallel.py)."""
 
 
 KNOWN_MODELS: dict[str, ModelSize] = {
@@ -64,6 +67,7 @@ KNOWN_MODELS: dict[str, ModelSize] = {
         source="huggingface.co/Qwen/Qwen3.5-9B config.json (layer_types, num_key_value_heads, head_dim)",
         hybrid_layers=True,
         state_bytes_per_sequence=24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2,
+        kv_heads=4,
     ),
 }
 

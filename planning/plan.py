@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from config import PROJECT, ConfigError, Settings, versions
 from config.base import quantity_value
+from config.serving import SIDES, Side
 from config.sides import SideNodes, all_side_nodes, split
 from planning.arns import check_arns
 from planning.capacity import (
@@ -52,6 +53,7 @@ from planning.kv_path import (
 from planning.model_cache import ModelCachePlan, plan_model_cache
 from planning.slo import slo_summary
 from planning.system_pods import system_pods, system_pods_total
+from planning.tensor_parallel import tensor_parallel_problems, tensor_parallel_warnings
 from planning.upgrades import UpgradePlan, plan_upgrades
 
 
@@ -129,9 +131,9 @@ class Plan:
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     """`serving.mode`: `aggregated` replicas move no KV cache, so the KV path above is not taken."""
     sides: tuple[SidePlan, ...] = ()
-    """Where the sides run on GPU node groups of their own (`prefillNodes`, `decodeNodes`): prefill's
-    and decode's plans, and the fields above are prefill's (the KV path and floor the pair's). Empty
-    where both share `gpuNodes`."""
+    """Where the sides run on GPU node groups of their own (`prefillNodes`, `decodeNodes`), or on shared
+    gpuNodes at tensor-parallel sizes of their own: prefill's and decode's plans, and the fields above
+    are prefill's (the KV path and floor the pair's). Empty where both run alike on `gpuNodes`."""
 
     notes: tuple[str, ...] = ()
     """More lines the preview logs: how the sides scale on latency targets (`autoscaling.signal: slo`),
@@ -139,7 +141,13 @@ class Plan:
 
     @property
     def split(self) -> bool:
-        """Whether each side has a GPU node group and a worker group of its own."""
+        """Whether each side has a GPU node group (and a worker group) of its own."""
+        return any(s.section != "gpuNodes" for s in self.sides)
+
+    @property
+    def split_workers(self) -> bool:
+        """Whether each side has a worker group of its own: on node groups of its own, or on shared
+        gpuNodes at a tensor-parallel size of its own (`model.<side>.tensorParallelSize`)."""
         return bool(self.sides)
 
     def side(self, side: Literal["prefill", "decode"]) -> SidePlan:
@@ -161,6 +169,13 @@ class Plan:
             fit=self.fit,
             kv_floor=self.kv_floor,
         )
+
+    @property
+    def worker_gpus(self) -> int:
+        """GPUs the GPU workers take at least: each side's replicas x its tensor-parallel size."""
+        if not self.sides:
+            return self.gpu_workers * self.fit.tensor_parallel_size
+        return sum(p.workers * p.tensor_parallel_size for p in self.sides)
 
     @property
     def ray_autoscaling(self) -> bool:
@@ -344,19 +359,29 @@ def _prefix_router_without_cache(settings: Settings) -> list[str]:
     `prefix_routed`), and the preview says why. vLLM 0.26 keeps none when extraEngineKwargs turns it off,
     and by default none for a hybrid model (planning/kv_path.py `prefix_cache`)."""
     model, scaling = settings.model, settings.autoscaling
-    if settings.serving.request_router != "prefix" or prefix_cache(model):
+    aggregated = settings.serving.mode == "aggregated"
+    if settings.serving.request_router != "prefix" or (aggregated and prefix_cache(model)):
         return []
     prefill = scaling.prefill.max_replicas or model.prefill_replicas
     decode = scaling.decode.max_replicas or model.decode_replicas
-    if settings.serving.mode == "aggregated":
+    if aggregated:
         sides = ["the aggregated deployment"] if prefill + decode >= 2 else []
     else:
-        sides = [side for side, most in (("prefill", prefill), ("decode", decode)) if most >= 2]
+        # Each side's own engine (`model.<side>.extraEngineKwargs` may turn the cache on or off).
+        most_of: dict[Side, int] = {"prefill": prefill, "decode": decode}
+        sides = [s for s in SIDES if most_of[s] >= 2 and not prefix_cache(model.side(s))]
     if not sides:
         return []
     where = " and ".join(sides)
-    if model.extra_engine_kwargs.get("enable_prefix_caching") is False:
-        why = f"{PROJECT}:model.extraEngineKwargs.enable_prefix_caching is false, so no replica keeps one"
+    engine, key = model, "model.extraEngineKwargs"
+    if not aggregated:
+        side: Side = "prefill" if sides[0] == "prefill" else "decode"
+        engine = model.side(side)  # the first side named: its own key where it sets one
+        own = getattr(model, side)
+        if own is not None and own.extra_engine_kwargs and "enable_prefix_caching" in own.extra_engine_kwargs:
+            key = f"model.{side}.extraEngineKwargs"
+    if engine.extra_engine_kwargs.get("enable_prefix_caching") is False:
+        why = f"{PROJECT}:{key}.enable_prefix_caching is false, so no replica keeps one"
         fix = "turn prefix caching on for prefix routing"
     else:
         why = (
@@ -520,10 +545,60 @@ def plan_stack(
     """Raises ConfigError naming every key involved when the hardware cannot carry the settings.
     `ec2`: EC2's description of the GPU and system types (at preview and up; offline, the catalog);
     `account_id`: the AWS account (offline unknown), which names the model cache's bucket."""
-    if split(settings):
-        warnings = check_arns(settings, account_id) + exposure_warnings(settings)
+    disaggregated = settings.serving.mode == "disaggregated"
+    side_warnings = _side_engine_warnings(settings)
+    if split(settings) or (disaggregated and settings.model.split_tensor_parallel):
+        # Sides of different tensor-parallel sizes on shared gpuNodes: a worker group each, as on node
+        # groups of their own (both sections `gpuNodes`).
+        warnings = check_arns(settings, account_id) + exposure_warnings(settings) + side_warnings
         return _plan_split(settings, stack=stack, ec2=ec2 or {}, account_id=account_id, warnings=warnings)
-    return _plan_shared(settings, stack=stack, ec2=ec2, account_id=account_id)
+    plan = _plan_shared(settings, stack=stack, ec2=ec2, account_id=account_id)
+    return replace(plan, warnings=(*plan.warnings, *side_warnings)) if side_warnings else plan
+
+
+def _side_engine_warnings(settings: Settings) -> list[str]:
+    """The sides' own engine settings (`model.prefill`, `model.decode`): a pair of tensor-parallel sizes
+    vLLM 0.26's NIXL connector cannot serve is refused (planning/tensor_parallel.py), what preview cannot
+    tell is said; with `serving.mode: aggregated` the side keys do nothing."""
+    if settings.serving.mode == "aggregated":
+        return [
+            f"{PROJECT}:model.{side} does nothing with {PROJECT}:serving.mode aggregated (one deployment "
+            "runs the shared model keys); it applies again when the mode is disaggregated"
+            for side in SIDES
+            if getattr(settings.model, side) is not None
+        ]
+    pairing = tensor_parallel_problems(settings.model)
+    if pairing:
+        raise ConfigError(pairing)
+    return tensor_parallel_warnings(settings.model)
+
+
+def _shared_fit(
+    settings: Settings,
+    gpu: InstanceType,
+    per_node: int,
+    host_kv: bool,
+    problems: list[str],
+    warnings: list[str],
+) -> FitReport:
+    """The fit check on the shared gpuNodes: once where both sides run the shared engine, else once per
+    side's own (`model.<side>`, e.g. its gpuMemoryUtilization), naming it; prefill's report."""
+    model = settings.model
+    aggregated = settings.serving.mode == "aggregated"
+    engines = {s: model if aggregated else model.side(s) for s in SIDES}
+    own = any(e is not model for e in engines.values())
+    for engine, key in [(e, f"model ({s})") for s, e in engines.items()] if own else [(model, "model")]:
+        report = fit_report(engine, gpu, settings.serving.worker, per_node, host_kv=host_kv)
+        if report.fits:
+            continue
+        if model.fit_check == "warn":
+            warnings.append(f"{PROJECT}:{key}: {report.summary()} (model.fitCheck is warn: going on)")
+        else:
+            # The fixes first: where the model would fit, then the way to go on regardless.
+            elsewhere = fits_elsewhere(engine, gpu, settings.serving.worker, host_kv)
+            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
+            problems.append(f"{PROJECT}:{key}: {report.summary()}{fixes}; or set model.fitCheck: warn")
+    return fit_report(engines["prefill"], gpu, settings.serving.worker, per_node, host_kv=host_kv)
 
 
 def _plan_shared(
@@ -609,15 +684,7 @@ def _plan_shared(
         warnings += kv_warnings
     # Host KV buffers are NIXL's: an aggregated replica has none to hold.
     host_kv = settings.serving.mode == "disaggregated" and kv_path.buffer_device == "cpu"
-    fit = fit_report(model, gpu, settings.serving.worker, per_node, host_kv=host_kv)
-    if not fit.fits:
-        if model.fit_check == "warn":
-            warnings.append(f"{PROJECT}:model: {fit.summary()} (model.fitCheck is warn: going on)")
-        else:
-            # The fixes first: where the model would fit, then the way to go on regardless.
-            elsewhere = fits_elsewhere(model, gpu, settings.serving.worker, host_kv)
-            fixes = f"; it fits with {', or with '.join(elsewhere)}" if elsewhere else ""
-            problems.append(f"{PROJECT}:model: {fit.summary()}{fixes}; or set model.fitCheck: warn")
+    fit = _shared_fit(settings, gpu, per_node, host_kv, problems, warnings)
     if problems:
         raise ConfigError(problems)
     kv_floor = transfer_floor(kv_path, gpu, efa_per_pod(gpu, per_node), tp)
@@ -649,8 +716,12 @@ def _plan_shared(
 
 
 def side_tensor_parallel_size(settings: Settings, side: Literal["prefill", "decode"]) -> tuple[int, str]:
-    """The side's tensor-parallel size and the key that sets it: the shared `model.tensorParallelSize`
-    (a side's own engine settings, once the model has them, override it here)."""
+    """The side's tensor-parallel size and the key that sets it: the side's own
+    (`model.<side>.tensorParallelSize`, ModelConfig.side) where the stack file has it, else the shared
+    `model.tensorParallelSize`."""
+    own = getattr(settings.model, side)
+    if settings.serving.mode == "disaggregated" and own is not None and own.tensor_parallel_size:
+        return own.tensor_parallel_size, f"{PROJECT}:model.{side}.tensorParallelSize"
     return settings.model.tensor_parallel_size, f"{PROJECT}:model.tensorParallelSize"
 
 
@@ -685,8 +756,9 @@ def _side_problems(
             warnings.append(f"{summary}, as {nodes.section}.acceptIdleGpus says; to use them: {fix}")
         else:
             problems.append(f"{summary}; use {fix}, or set {section}.acceptIdleGpus: true")
+    shared = not split(settings)  # both sides on gpuNodes: nodes counted together (`_shared_node_checks`)
     capacity = config.max_size * per_node
-    if most > capacity:
+    if most > capacity and not shared:
         problems.append(
             f"{PROJECT}:{most_key} = {most} {nodes.side} workers at most, but {section}.maxSize "
             f"{config.max_size} x {per_node} worker(s) per {gpu.name} hosts only {capacity}; raise "
@@ -699,7 +771,7 @@ def _side_problems(
             "node, so two workers would both start on GPU 0; use ipc-lock, or a tensorParallelSize of all "
             "the node's GPUs"
         )
-    running = 0 if settings.autoscaling.parked else config.desired_size
+    running = 0 if settings.autoscaling.parked or shared else config.desired_size
     if running and per_node and most < running * per_node:
         used, held = most * tp, running * gpu.gpus
         warnings.append(
@@ -709,6 +781,44 @@ def _side_problems(
             f"{nodes.side} replicas"
         )
     return problems, warnings
+
+
+def _nodes_for(settings: Settings, gpu: InstanceType, sizes: Mapping[Side, int]) -> int:
+    """GPU nodes the sides' pods at their most fill, each side's pods on nodes of their own (a
+    conservative count: Kubernetes may also mix them on one node where GPUs and EFA interfaces allow)."""
+    total = 0
+    for side, tp in sizes.items():
+        per_node = pods_per_node(gpu, tp)
+        total += -(-_side_replicas(settings, side)[1] // per_node) if per_node else 0
+    return total
+
+
+def _shared_node_checks(
+    settings: Settings, gpu: InstanceType, sizes: Mapping[Side, int], warnings: list[str]
+) -> list[str]:
+    """Both sides on `gpuNodes` at different tensor-parallel sizes: the nodes the sides fill together
+    against gpuNodes.maxSize (a problem) and desiredSize (idle nodes, a warning)."""
+    nodes = _nodes_for(settings, gpu, sizes)
+    described = ", ".join(
+        f"{side} {_side_replicas(settings, side)[1]} x tensorParallelSize {tp} "
+        f"({pods_per_node(gpu, tp)} per node)"
+        for side, tp in sizes.items()
+    )
+    config = settings.gpu_nodes
+    running = 0 if settings.autoscaling.parked else config.desired_size
+    if running and nodes < running:
+        warnings.append(
+            f"{PROJECT}:gpuNodes: the GPU workers at their most ({described}) fill {nodes} {gpu.name} "
+            f"node(s), but gpuNodes.desiredSize is {running}: {running - nodes} node(s) paid for and idle; "
+            f"set gpuNodes.desiredSize {nodes} (and minSize/maxSize to match), or more replicas"
+        )
+    if nodes > config.max_size:
+        return [
+            f"{PROJECT}:gpuNodes.maxSize {config.max_size}: the GPU workers at their most ({described}) fill "
+            f"{nodes} {gpu.name} nodes; raise gpuNodes.maxSize (and desiredSize), or lower "
+            "model.prefillReplicas / model.decodeReplicas (autoscaling's maxReplicas)"
+        ]
+    return []
 
 
 def _split_system(
@@ -751,7 +861,7 @@ def _side_plan(
 ) -> SidePlan:
     """One side on its own GPU nodes: its workers and the fit on its type at its tensor-parallel size,
     adding what cannot work to `problems` and what preview says to `warnings`."""
-    model = settings.model
+    model = settings.model.side(nodes.side)  # the side's own engine (gpuMemoryUtilization, ...)
     host_kv = kv_path.buffer_device == "cpu"
     per_node = pods_per_node(gpu, tp)
     resources = worker_resources(gpu, per_node, settings.serving.worker)
@@ -832,13 +942,14 @@ def _plan_split(
         plans,
         key=lambda p: (sides[SIDE_INDEX[p.side]].config.max_size * p.pods_per_node) / (2 * p.max_workers),
     )
+    capacity = sides[SIDE_INDEX[tightest.side]].config.max_size * tightest.pods_per_node
+    cluster = tightest.max_workers
+    if not split(settings):  # one gpuNodes group for both sides: counted in nodes, side by side
+        sized: dict[Side, int] = {p.side: p.tensor_parallel_size for p in plans}
+        problems += _shared_node_checks(settings, gpus[0], sized, warnings)
+        capacity, cluster = settings.gpu_nodes.max_size, _nodes_for(settings, gpus[0], sized)
     try:
-        upgrade = plan_upgrades(
-            settings,
-            system,
-            sides[SIDE_INDEX[tightest.side]].config.max_size * tightest.pods_per_node,
-            tightest.max_workers,
-        )
+        upgrade = plan_upgrades(settings, system, capacity, cluster)
     except ValueError as error:
         problems.append(str(error).replace("gpuNodes.maxSize", f"{tightest.section}.maxSize"))
         upgrade = UpgradePlan(zero_downtime=False)
@@ -847,7 +958,8 @@ def _plan_split(
     floor = slower_floor([p.kv_floor for p in plans])
     slower = next(p for p in plans if p.kv_floor is floor)
     prefill = plans[0]
-    cluster_name = settings.cluster.name or default_cluster_name(stack)
+    existing = settings.cluster.existing_cluster_name
+    cluster_name = existing or settings.cluster.name or default_cluster_name(stack)
     return Plan(
         cluster_name=cluster_name,
         gpu=prefill.gpu,
@@ -866,7 +978,7 @@ def _plan_split(
         image=_image(settings),
         warnings=tuple(warnings),
         model_cache=plan_model_cache(settings, stack, cluster_name, account_id),
-        context=own_cluster(settings),
+        context=None if existing else own_cluster(settings),
         mode=settings.serving.mode,
         sides=tuple(plans),
         notes=_notes(settings, any(p.max_workers > p.workers for p in plans)),

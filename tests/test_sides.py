@@ -423,7 +423,7 @@ class TestWithTheOtherKeysOfThisWave:
         one = plan_stack(stack_settings(HETERO), stack=HETERO)
         assert one.kv_crossing.ranks == 1
         figures = KvPathFigures.of(one)
-        assert figures.bytes_per_token is not None
+        assert figures.bytes_per_token is not None and one.kv_crossing.kv_bytes is not None
         assert figures.bytes_per_token * one.kv_crossing.tokens == pytest.approx(
             one.kv_crossing.kv_bytes - one.kv_crossing.state_bytes
         )

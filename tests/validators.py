@@ -138,6 +138,7 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
     imported as Ray imports it (ray.serve.config.AutoscalingPolicy), from jobs/ as the Ray pods'
     PYTHONPATH holds it."""
     from pydantic import ValidationError
+    from ray.llm._internal.common.placement import PlacementGroupConfig
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
@@ -163,6 +164,9 @@ def serve_errors(serve_config: dict[str, Any]) -> list[str]:
         for side, config in sides.items():
             try:
                 LLMConfig.model_validate(config)
+                if config.get("placement_group_config") is not None:
+                    # LLMConfig keeps it a dict; the vLLM engine config validates it as this model.
+                    PlacementGroupConfig.model_validate(config["placement_group_config"])
             except ValidationError as error:
                 problems.append(f"{app.get('name')}.{side}: {error}")
     return problems

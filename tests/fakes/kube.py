@@ -97,6 +97,14 @@ class FakeKubeApi:
     exec_handler: Callable[[str, Sequence[str], float], ExecResult | None] | None = None
     """Answers an exec other than the log grep (pod, command, timeout), e.g. tests/fakes/nixl.py's
     probe pods; None from it falls back to `grep`."""
+    service_handler: (
+        Callable[
+            [ServiceEndpoint, str, str, Mapping[str, Any] | None, Mapping[str, str] | None], HttpResponse
+        ]
+        | None
+    ) = None
+    """Answers `service_request` (where, method, path, body, headers), e.g. a Ray dashboard's Serve REST
+    API (tests/test_ratio.py); None: no ready pod behind any Service."""
 
     def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         self.calls.append(("create_job", namespace, manifest["metadata"]["name"]))
@@ -174,6 +182,19 @@ class FakeKubeApi:
         if self.prometheus is None or (prometheus or stack_prometheus()) != self.prometheus_at:
             return None  # the API server's proxy: no such Service
         return copy.deepcopy(self.prometheus.get(query, []))
+
+    def service_request(
+        self,
+        where: ServiceEndpoint,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpResponse | None:
+        self.calls.append(("service_request", where, method, path))
+        if self.service_handler is None:
+            return None
+        return self.service_handler(where, method, path, copy.deepcopy(body), headers)
 
     def _refused(self, headers: Mapping[str, str] | None) -> bool:
         """What Envoy's api_key_auth filter decides: the key from x-api-key or Authorization (a
