@@ -203,29 +203,22 @@ def kv_cache_query(
     not its deployment: Serve's request counter, from the same process, has both (as the PD dashboard)."""
     labels = selector(cluster, namespace, jobs)
     where = ", ".join(labels)
-    side = ", ".join(
-        [
-            *labels,
-            *([f"application={_string(application)}"] if application else []),
-            f"deployment={_string(deployment)}",
-        ]
-    )
-    return (
-        f"sum(ray_vllm_kv_cache_usage_perc{{{where}}} * on (WorkerId) group_left (deployment) "
-        f"max by (WorkerId, deployment) (ray_serve_deployment_request_counter_total{{{side}}} * 0 + 1))"
-    )
+    return f"sum(ray_vllm_kv_cache_usage_perc{{{where}}} * {side_of(labels, application, deployment)})"
+
+
+def deployment_labels(labels: list[str], application: str | None, deployment: str) -> list[str]:
+    """The stack's selectors, and a Serve deployment's application and name."""
+    return [
+        *labels,
+        *([f"application={_string(application)}"] if application else []),
+        f"deployment={_string(deployment)}",
+    ]
 
 
 def side_of(labels: list[str], application: str | None, deployment: str) -> str:
     """A side's vLLM series: vLLM's series carry the replica's `WorkerId` but not its deployment; Serve's
     request counter from the same process has both (as the PD dashboard and `kv_cache_query`)."""
-    side = ", ".join(
-        [
-            *labels,
-            *([f"application={_string(application)}"] if application else []),
-            f"deployment={_string(deployment)}",
-        ]
-    )
+    side = ", ".join(deployment_labels(labels, application, deployment))
     return (
         f"on (WorkerId) group_left (deployment) "
         f"max by (WorkerId, deployment) (ray_serve_deployment_request_counter_total{{{side}}} * 0 + 1)"
@@ -262,11 +255,7 @@ def replicas_query(
     """A deployment's healthy replicas, as the Serve controller reports them: one series per replica, 1
     while healthy, set again every 10 s (ray/serve/_private/deployment_state.py `_set_health_gauge`,
     RAY_SERVE_STATUS_GAUGE_REPORT_INTERVAL_S)."""
-    labels = [
-        *selector(cluster, namespace, jobs),
-        *([f"application={_string(application)}"] if application else []),
-        f"deployment={_string(deployment)}",
-    ]
+    labels = deployment_labels(selector(cluster, namespace, jobs), application, deployment)
     return f"sum(ray_serve_deployment_replica_healthy{{{', '.join(labels)}}})"
 
 

@@ -461,6 +461,19 @@ class KubeClient:
                 return None
             raise self._failure(f"cannot read {plural} {namespace}/{name}", error) from None
 
+    def _ready_target(self, where: ServiceEndpoint) -> tuple[str, int] | None:
+        """A ready pod behind the Service `where` and its port for `where.port`; None for no Service, no
+        selector (an external Service) or no ready pod."""
+        service = self.get_object("v1", "services", where.namespace, where.service)
+        if service is None:
+            return None
+        selector = ",".join(
+            f"{k}={v}" for k, v in ((service.get("spec") or {}).get("selector") or {}).items()
+        )
+        if not selector:
+            return None
+        return forward_target(service, self.list_pods(where.namespace, selector), where.port)
+
     def service_request(
         self,
         where: ServiceEndpoint,
@@ -471,17 +484,7 @@ class KubeClient:
     ) -> HttpResponse | None:
         from kubernetes.stream import portforward
 
-        service = self.get_object("v1", "services", where.namespace, where.service)
-        if service is None:
-            return None
-        selector = ",".join(
-            f"{k}={v}" for k, v in ((service.get("spec") or {}).get("selector") or {}).items()
-        )
-        target = (
-            forward_target(service, self.list_pods(where.namespace, selector), where.port)
-            if selector
-            else None
-        )
+        target = self._ready_target(where)
         if target is None:
             return None
         pod, port = target
@@ -504,17 +507,7 @@ class KubeClient:
         from kubernetes.stream import portforward
 
         where = prometheus or stack_prometheus()
-        service = self.get_object("v1", "services", where.namespace, where.service)
-        if service is None:
-            return None
-        selector = ",".join(
-            f"{k}={v}" for k, v in ((service.get("spec") or {}).get("selector") or {}).items()
-        )
-        target = (
-            forward_target(service, self.list_pods(where.namespace, selector), where.port)
-            if selector
-            else None
-        )
+        target = self._ready_target(where)
         if target is None:  # no selector (an external Service), or no ready Prometheus
             return None
         pod, port = target

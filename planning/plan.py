@@ -624,26 +624,7 @@ def _plan_shared(
                 f"{PROJECT}:gpuNodes.instanceType {gpu.name} has {gpu.gpus}"
             ]
         )
-    system_nodes = settings.system_nodes
-    system, system_warnings = resolve(
-        system_nodes.instance_type,
-        system_nodes.instance_spec,
-        ec2.get(system_nodes.instance_type),
-        f"{PROJECT}:systemNodes.instanceSpec",
-    )
-    warnings += system_warnings
-    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
-    if extended and not settings.cluster.existing_cluster_name:
-        warnings.append(
-            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
-            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
-        )
-    if system is None:
-        warnings.append(
-            f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
-            f"catalog: describe it with {PROJECT}:systemNodes.instanceSpec so preview can check that the "
-            "Ray head fits"
-        )
+    system = _system_type(settings, ec2, warnings)
     per_node = pods_per_node(gpu, tp)
     workers = model.prefill_replicas + model.decode_replicas
     scaling = settings.autoscaling
@@ -821,11 +802,10 @@ def _shared_node_checks(
     return []
 
 
-def _split_system(
+def _system_type(
     settings: Settings, ec2: Mapping[str, Ec2InstanceType], warnings: list[str]
 ) -> InstanceType | None:
-    """The system node type of a plan with per-side GPU nodes, adding what preview says about it and
-    the cluster's version to `warnings` (as `_plan_shared` does)."""
+    """The system node type, adding what preview says about it and the cluster's version to `warnings`."""
     system_nodes = settings.system_nodes
     system, system_warnings = resolve(
         system_nodes.instance_type,
@@ -834,17 +814,17 @@ def _split_system(
         f"{PROJECT}:systemNodes.instanceSpec",
     )
     warnings += system_warnings
+    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
+    if extended and not settings.cluster.existing_cluster_name:
+        warnings.append(
+            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
+            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
+        )
     if system is None:
         warnings.append(
             f"{PROJECT}:systemNodes.instanceType {system_nodes.instance_type} is not in the instance "
             f"catalog: describe it with {PROJECT}:systemNodes.instanceSpec so preview can check that the "
             "Ray head fits"
-        )
-    extended = versions.eks_extended_support(settings.cluster.kubernetes_version)
-    if extended:
-        warnings.append(
-            f"{PROJECT}:cluster.kubernetesVersion: {settings.cluster.kubernetes_version} left EKS's standard "
-            f"support on {extended}; extended support bills the control plane at 6x the hourly rate"
         )
     return system
 
@@ -927,7 +907,7 @@ def _plan_split(
     ]
     if too_wide:
         raise ConfigError(too_wide)
-    system = _split_system(settings, ec2, warnings)
+    system = _system_type(settings, ec2, warnings)
     problems += _head_problems(settings, system)
     kv_path, kv_warnings = plan_kv_path_between(model, gpus[0], gpus[1])
     warnings += kv_warnings
