@@ -28,9 +28,11 @@ from components.cluster import Cluster
 from components.existing_cluster import ExistingCluster
 from components.managed_nodes import managed_node_group, node_group_taints
 from config.cluster import GpuNodesConfig
+from config.sides import Side
 from manifests.cluster_autoscaler import OWNED
 from planning.nodes import Placement
 from planning.reservation import CapacityPlan
+from planning.side_reservation import shared_placement_group
 from planning.upgrades import GPU_NODE_UPDATE
 
 GPU_AMI = "AL2023_x86_64_NVIDIA"
@@ -238,21 +240,31 @@ class SideGpuNodeGroups(pulumi.ComponentResource):
         self,
         name: str,
         *,
-        sides: Sequence[tuple[str, GpuNodesConfig, int]],
+        sides: Sequence[tuple[Side, GpuNodesConfig, int]],
         placement: Placement,
         cluster: Cluster | ExistingCluster,
         zone: str,
         subnet_id: pulumi.Input[str],
         autoscaled: bool,
         tags: Mapping[str, Mapping[str, str]],
+        capacity: Mapping[Side, CapacityPlan] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`sides`: (side, its nodes' config, its type's network cards) for prefill and decode; `tags`:
-        each side's node group tags (what Cluster Autoscaler reads for scale from zero)."""
+        each side's node group tags (what Cluster Autoscaler reads for scale from zero); `capacity`: the
+        reservation of each side that runs on one (planning/side_reservation.py). With one, both sides
+        launch into the reservation's placement group (an On-Demand side too), not one of the stack's:
+        the reservation serves launches into its own group only; on one reservation made in no group
+        (a Capacity Block) both sides run on it, in none."""
         super().__init__("ray-llm-eks:gpu_node_group:SideGpuNodeGroups", name, None, opts)
         self.availability_zone = zone
         child = pulumi.ResourceOptions(parent=self)
-        shared = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+        reserved = dict(capacity or {})
+        shared: pulumi.Input[str] | None = (
+            shared_placement_group(reserved)
+            if reserved
+            else aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child).name
+        )
         self.groups = {
             side: GpuNodeGroup(
                 f"{name}-{side}",
@@ -265,12 +277,13 @@ class SideGpuNodeGroups(pulumi.ComponentResource):
                 tags=dict(tags.get(side, {})),
                 network_cards=cards,
                 labels=placement.side_labels(side),
-                placement_group=shared.name,
+                placement_group=shared,
+                capacity=reserved.get(side),
                 opts=child,
             )
             for side, config, cards in sides
         }
-        self.register_outputs({"availabilityZone": zone, "placementGroup": shared.name})
+        self.register_outputs({"availabilityZone": zone, "placementGroup": shared})
 
     @property
     def node_groups(self) -> list[eks.ManagedNodeGroup | aws.eks.NodeGroup]:

@@ -217,6 +217,12 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
                 f"{key}.availabilityZone: {zone} must be one of {project}:network.availabilityZones "
                 f"{settings.network.availability_zones}"
             )
+        reservation = re.fullmatch(CAPACITY_RESERVATION_PATTERN, side.config.capacity_reservation or "")
+        if reservation and reservation["region"] and reservation["region"] != settings.region:
+            problems.append(
+                f"{key}.capacityReservation: the resource group is in {reservation['region']}, not "
+                f"{REGION_KEY} {settings.region}; capacity reservations serve their own region only"
+            )
         if settings.autoscaling.parked and side.config.min_size > 0:
             problems.append(
                 f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
@@ -227,14 +233,6 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
         problems.append(
             f"{', '.join(f'{project}:{k}.taint {v}' for k, v in sorted(taints.items()))}: both sides' GPU "
             "nodes are tainted alike (the device plugins and the workers tolerate one taint); set the same"
-        )
-    reserved = sorted({s.section for s in sides if s.config.capacity_reservation})
-    if reserved:
-        problems.append(
-            f"{', '.join(f'{project}:{k}.capacityReservation' for k in reserved)}: a capacity reservation "
-            f"serves one GPU node group; with {project}:prefillNodes or {project}:decodeNodes the stack has "
-            "two, which it does not yet plan reservations for; run the sides on On-Demand capacity, or "
-            "share gpuNodes"
         )
     if settings.serving.mode == "aggregated":
         problems.append(

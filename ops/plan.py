@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
-from config.sides import all_side_nodes, split
+from config.sides import Side, all_side_nodes, split
 from ops.kube import OpsError
 from ops.mocked_run import StackRun, run_offline
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
 from planning.names import stack_files_beside
 from planning.price_snapshot import snapshot_prices
-from planning.reservation import plan_capacity
+from planning.reservation import CapacityPlan, plan_capacity
+from planning.side_reservation import on_side_reservations
 from world.offline import OfflineWorld
+from world.reads import reserved_by_side
 
 COST_HEADER = "hourly on-demand cost"
 """How the program's own cost report begins (planning/cost.py): the plan shows its own, labelled."""
@@ -133,6 +135,32 @@ def prices_for(
     return snapshot_prices(settings.region, keys)
 
 
+def _mocked_reservations(settings: Settings, reservation_kind: str) -> list[str]:
+    """What the report says of the reservations it mocks: `gpuNodes`', or each side's own."""
+    sections = [s.config for s in all_side_nodes(settings)] if split(settings) else [settings.gpu_nodes]
+    lines: list[str] = []
+    for gpu in sections:
+        if not gpu.capacity_reservation or any(gpu.capacity_reservation in line for line in lines):
+            continue
+        if reservation_kind == "capacity-block":
+            lines += [
+                f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
+                f"{gpu.max_size} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
+                "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
+                "its kind, zone, count, state and dates decide.",
+                "",
+            ]
+        else:
+            lines += [
+                f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
+                f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
+                "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
+                "reads yours: its kind, zone, count, state and dates decide.",
+                "",
+            ]
+    return lines
+
+
 def plan_report(
     stack: str,
     settings: Settings,
@@ -144,7 +172,7 @@ def plan_report(
     """The report; `reservation_kind`: what the reservation the stack names is mocked as (`odcr` or
     `capacity-block`: only EC2 knows which it is)."""
     run = run_plan(stack, config, settings, root, reservation_kind)
-    gpu, system = settings.gpu_nodes, settings.system_nodes
+    system = settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
         f"Plan of stack {stack} in {settings.region}: the program against the offline world (no AWS, no "
@@ -159,22 +187,7 @@ def plan_report(
             "yours: its version, subnets and add-ons decide.",
             "",
         ]
-    if gpu.capacity_reservation and reservation_kind == "capacity-block":
-        lines += [
-            f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
-            f"{gpu.max_size} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
-            "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
-            "its kind, zone, count, state and dates decide.",
-            "",
-        ]
-    elif gpu.capacity_reservation:
-        lines += [
-            f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
-            f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
-            "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
-            "reads yours: its kind, zone, count, state and dates decide.",
-            "",
-        ]
+    lines += _mocked_reservations(settings, reservation_kind)
     if run.warnings:
         lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
     summaries = [m for m in run.infos if not m.startswith(COST_HEADER)]  # the cost is one message
@@ -198,6 +211,13 @@ def plan_report(
     world = OfflineWorld.for_stack(settings, {}, reservation_kind=RESERVATION_KINDS[reservation_kind])
     reference = settings.gpu_nodes.capacity_reservation
     capacity = plan_capacity(settings, world.reservations(reference), world.now()) if reference else None
-    report = cost_report(settings, prices, len(zones) or 2, capacity).format().splitlines()
+    side_capacity: dict[Side, CapacityPlan] = {}
+    if split(settings):
+        side_capacity = on_side_reservations(settings, reserved_by_side(settings, world), world.now())[1]
+    report = (
+        cost_report(settings, prices, len(zones) or 2, capacity, side_capacity=side_capacity)
+        .format()
+        .splitlines()
+    )
     lines += ["", f"Cost ({source}):", *report[1:]]
     return "\n".join(lines) + "\n"

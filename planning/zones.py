@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from config import PROJECT, ConfigError, Settings
-from config.sides import gpu_instance_types, gpu_zone_setting
+from config.sides import all_side_nodes, gpu_instance_types, gpu_zone_setting, split
 
 TAG_STACK = f"{PROJECT}/stack"
 """On the VPC: `<project>/<stack>`, how a later run finds the stack's record."""
@@ -175,9 +175,11 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
             problem = f"{key}: {configured} does not offer {instance}; zones that do: {offered or 'none'}"
         elif configured not in zones:
             problem = f"{key}: {configured} is not among the cluster's zones {zones}"
-            if settings.gpu_nodes.capacity_reservation:
+            reserved = [s.section for s in all_side_nodes(settings) if s.config.capacity_reservation]
+            if settings.gpu_nodes.capacity_reservation or (split(settings) and reserved):
+                section = reserved[0] if split(settings) else "gpuNodes"
                 problem = (
-                    f"{PROJECT}:gpuNodes.capacityReservation: the reservation is in {configured}, which is "
+                    f"{PROJECT}:{section}.capacityReservation: the reservation is in {configured}, which is "
                     f"not among the cluster's zones {zones}: add it to {PROJECT}:network.availabilityZones "
                     "(a subnet there; nothing else moves)"
                 )
