@@ -18,6 +18,7 @@ then the two sides must still be one EFA network on one spine:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from config import PROJECT, ConfigError, Settings
@@ -59,7 +60,24 @@ def on_side_reservations(
         )
         for plan in plans.values()
     }
-    return settings.model_copy(update=pinned), plans
+    return settings.model_copy(update=pinned), _on_demand_beside(settings, plans)
+
+
+def _on_demand_beside(settings: Settings, plans: dict[Side, CapacityPlan]) -> dict[Side, CapacityPlan]:
+    """The plans, the reserved side's warning that the On-Demand side launches into its reservation's
+    placement group with no room held for it: EC2 recommends reserving the capacity of every instance
+    launched into a cluster placement group in the group ("Placement group rules and limitations")."""
+    if len(plans) != 1:
+        return plans
+    ((side, plan),) = plans.items()
+    other = next(s for s in all_side_nodes(settings) if s.side != side)
+    warning = (
+        f"{key_of(other.section)} is unset: the {other.side} GPU nodes run On-Demand in cluster placement "
+        f"group {plan.placement_group}, {plan.what}'s, so the KV path stays on one spine; nothing holds "
+        f"room for them there, so a launch may fail with InsufficientInstanceCapacity until EC2 has "
+        f"some: reserve {other.section}' nodes in that group too for a launch that cannot fail"
+    )
+    return {side: replace(plan, warnings=(*plan.warnings, warning))}
 
 
 def shared_placement_group(plans: Mapping[Side, CapacityPlan]) -> str | None:

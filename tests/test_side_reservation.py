@@ -17,6 +17,7 @@ from config.sides import Side
 from planning.cost import cost_report
 from planning.reservation import ON_DEMAND, CapacityPlan, capacity_change_warnings, capacity_record
 from planning.side_reservation import on_side_reservations, shared_placement_group
+from planning.zones import plan_zones
 from tests.fakes.capacity import BLOCK_ID, ODCR_ID, block, reservation
 from tests.fakes.pulumi import PROJECT, AwsState, StackRun, run_stack, stack_settings
 from world.reads import reserved_by_side
@@ -80,12 +81,15 @@ class TestPlanned:
         assert settings.decode_nodes.availability_zone == ZONE
         # The On-Demand prefill side launches into the reservation's group too: one spine.
         assert shared_placement_group(plans) == "kv"
+        (warning,) = [w for w in plans["decode"].warnings if "InsufficientInstanceCapacity" in w]
+        assert warning.startswith(f"{PROJECT}:prefillNodes.capacityReservation is unset: the prefill GPU")
         (line,) = [n for n in plans["decode"].notes if n.startswith("GPU capacity")]
         assert line.startswith(f"GPU capacity (decodeNodes): On-Demand Capacity Reservation {ODCR_ID}")
 
     def test_both_sides_on_reservations_in_one_placement_group(self):
         _, plans = on_sides(BOTH_RESERVED, decode_odcr(), prefill_odcr())
         assert set(plans) == {"prefill", "decode"} and shared_placement_group(plans) == "kv"
+        assert not [w for p in plans.values() for w in p.warnings if "InsufficientInstanceCapacity" in w]
 
     def test_both_sides_on_one_capacity_block_take_no_placement_group(self):
         _, plans = on_sides(BOTH_ON_A_BLOCK, block(total=2, zone=ZONE))
@@ -142,6 +146,13 @@ class TestRefusedNamingTheKey:
     def test_both_sides_on_one_reservation_too_small_for_both(self):
         said = refused(BOTH_ON_A_BLOCK, block(total=1, zone=ZONE))
         assert "prefillNodes.maxSize 1 + " in said and "decodeNodes.maxSize 1 = 2" in said
+
+    def test_a_reservation_outside_the_clusters_zones(self):
+        sections = {**DECODE_RESERVED, "network": {"availabilityZones": ["sa-east-1b", "sa-east-1c"]}}
+        settings, _ = on_sides(sections, decode_odcr())
+        with pytest.raises(ConfigError) as raised:
+            plan_zones(settings, ["sa-east-1a", "sa-east-1b", "sa-east-1c"])
+        assert f"{PROJECT}:decodeNodes.capacityReservation: the reservation is in {ZONE}" in str(raised.value)
 
     def test_a_resource_group_of_another_region(self):
         arn = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu"
