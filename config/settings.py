@@ -64,8 +64,9 @@ class Settings(StrictModel):
     prefill_nodes: GpuNodesConfig | None = Field(
         None,
         description="The prefill side's own GPU nodes, with the keys of `gpuNodes`: with it (or "
-        "`decodeNodes`) each side gets an EFA GPU node group of its own, of its instance type and sizes, in "
-        "the one zone and cluster placement group of the other side's, and a KubeRay worker group of its "
+        "`decodeNodes`) each side gets an EFA GPU node group of its own, of its instance type, sizes and "
+        "capacity reservation, in the one zone and cluster placement group of the other side's (a "
+        "reservation's, where a side has one), and a KubeRay worker group of its "
         "own that selects its nodes by label; a side without its own section runs on `gpuNodes`. Without "
         'either, both sides share `gpuNodes` (docs/design.md, "Sizing prefill and decode").',
     )
