@@ -85,8 +85,10 @@ def run_plan(
         ) from None
 
 
-def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str]) -> list[str]:
-    """The GPU nodes: one group, or each side's (`prefillNodes`, `decodeNodes`) in the one zone."""
+def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str], block: bool = False) -> list[str]:
+    """The GPU nodes: one group, or each side's (`prefillNodes`, `decodeNodes`) in the one zone, with
+    the reservation a side runs on; `block`: the reservations are mocked as Capacity Blocks (both
+    sides on one block then, which takes no placement group)."""
     parked = settings.autoscaling.parked
     where = f"in {gpu_zone}"
     cluster = f"cluster zones (mocked): {', '.join(zones)}"
@@ -99,11 +101,20 @@ def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str]) -> list[
     for side in all_side_nodes(settings):
         nodes = side.config
         count = "0 (parked)" if parked else str(nodes.desired_size)
+        on = f", on {nodes.capacity_reservation}" if nodes.capacity_reservation else ""
         lines.append(
             f"  GPU, {side.side} ({side.section}): {count} x {nodes.instance_type} {where} (min "
-            f"{nodes.min_size}, max {nodes.max_size})"
+            f"{nodes.min_size}, max {nodes.max_size}){on}"
         )
-    return [*lines, f"  both sides in one cluster placement group; {cluster}"]
+    reserved = any(s.config.capacity_reservation for s in all_side_nodes(settings))
+    placed = (
+        "both sides on one Capacity Block, in no placement group"
+        if reserved and block
+        else "both sides in the reservation's cluster placement group"
+        if reserved
+        else "both sides in one cluster placement group"
+    )
+    return [*lines, f"  {placed}; {cluster}"]
 
 
 def resources_by_component(run: Any) -> list[tuple[str, int, Counter[str]]]:
@@ -196,7 +207,7 @@ def plan_report(
     lines += [
         "Nodes:",
         f"  system: {system.desired_size} x {system.instance_type} (up to {system.max_size})",
-        *gpu_node_lines(settings, gpu_zone, zones),
+        *gpu_node_lines(settings, gpu_zone, zones, block=reservation_kind == "capacity-block"),
         "",
     ]
     groups = resources_by_component(run)

@@ -189,6 +189,17 @@ class TestCostAndRecord:
         assert capacity_change_warnings(reserved, capacity_record(reserved)) == ()
 
 
+def test_ops_plan_names_each_sides_reservation_and_where_both_are_placed():
+    from ops.plan import gpu_node_lines
+
+    zones = [ZONE, "sa-east-1b"]
+    lines = gpu_node_lines(stack_settings(HETERO, **DECODE_RESERVED), ZONE, zones)
+    assert lines[1] == f"  GPU, decode (decodeNodes): 1 x g6e.8xlarge in {ZONE} (min 0, max 1), on {ODCR_ID}"
+    assert lines[2].startswith("  both sides in the reservation's cluster placement group;")
+    on_a_block = gpu_node_lines(stack_settings(HETERO, **BOTH_ON_A_BLOCK), ZONE, zones, block=True)
+    assert on_a_block[2].startswith("  both sides on one Capacity Block, in no placement group;")
+
+
 @pytest.fixture(scope="module")
 def decode_on_odcr() -> StackRun:
     return run_stack(stack=HETERO, overrides=DECODE_RESERVED, aws=AwsState(reservations=(decode_odcr(),)))
