@@ -96,11 +96,13 @@ def read(world: World | None) -> Reading:
         from world.aws import AwsWorld
 
         world = AwsWorld(identity, PROJECT_DIR)
-    settings, capacity = on_reservation(settings, reserved(settings, world), world.now())
+    capacity: CapacityPlan | None = None
     side_capacity: dict[Side, CapacityPlan] = {}
-    if split(settings):
+    if split(settings):  # a side on gpuNodes' group runs on its reservation as a side
         by_side = reserved_by_side(settings, world)
         settings, side_capacity = on_side_reservations(settings, by_side, world.now())
+    else:
+        settings, capacity = on_reservation(settings, reserved(settings, world), world.now())
     capacities = [capacity] if capacity else list(side_capacity.values())
     caller = world.caller()
     plan = plan_stack(

@@ -221,10 +221,12 @@ def plan_report(
     prices, source = prices_for(settings, price_cache_path(root), clock)
     world = OfflineWorld.for_stack(settings, {}, reservation_kind=RESERVATION_KINDS[reservation_kind])
     reference = settings.gpu_nodes.capacity_reservation
-    capacity = plan_capacity(settings, world.reservations(reference), world.now()) if reference else None
+    capacity: CapacityPlan | None = None
     side_capacity: dict[Side, CapacityPlan] = {}
     if split(settings):
         side_capacity = on_side_reservations(settings, reserved_by_side(settings, world), world.now())[1]
+    elif reference:
+        capacity = plan_capacity(settings, world.reservations(reference), world.now())
     report = (
         cost_report(settings, prices, len(zones) or 2, capacity, side_capacity=side_capacity)
         .format()

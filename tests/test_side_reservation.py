@@ -14,6 +14,7 @@ import pytest
 
 from config import ConfigError
 from config.sides import Side
+from planning import plan_stack
 from planning.cost import cost_report
 from planning.reservation import ON_DEMAND, CapacityPlan, capacity_change_warnings, capacity_record
 from planning.side_reservation import on_side_reservations, shared_placement_group
@@ -95,6 +96,18 @@ class TestPlanned:
         _, plans = on_sides(BOTH_ON_A_BLOCK, block(total=2, zone=ZONE))
         assert shared_placement_group(plans) is None
         assert {p.capacity_type for p in plans.values()} == {"CAPACITY_BLOCK"}
+
+    def test_a_side_on_gpu_nodes_runs_on_its_reservation_as_a_side(self):
+        sections = {
+            "gpuNodes": {"capacityReservation": ODCR_ID},
+            "decodeNodes": {"instanceType": "g6e.8xlarge", "minSize": 0, "desiredSize": 1, "maxSize": 1},
+        }
+        found = reservation(ODCR_ID, zone="us-east-1b", total=2, placement_group="kv")
+        settings, plans = on_sides(sections, found, stack="dev")
+        assert list(plans) == ["prefill"] and plans["prefill"].section == "gpuNodes"
+        assert settings.gpu_nodes.availability_zone == "us-east-1b"
+        (warning,) = [w for w in plans["prefill"].warnings if "InsufficientInstanceCapacity" in w]
+        assert warning.startswith(f"{PROJECT}:decodeNodes.capacityReservation is unset")
 
     def test_an_on_demand_side_follows_the_reservations_zone(self):
         settings, _ = on_sides(DECODE_RESERVED, decode_odcr(zone="sa-east-1b"))
@@ -178,6 +191,13 @@ class TestCostAndRecord:
         assert report.notes == (
             f"Capacity Block {BLOCK_ID} was paid at purchase (EC2 shows its price on the invoice only)",
         )
+
+    def test_a_reserved_sides_idle_nodes_are_billed_used_or_not(self):
+        sections = {"decodeNodes": {"capacityReservation": ODCR_ID, "desiredSize": 2, "maxSize": 2}}
+        settings, _ = on_sides(sections, decode_odcr(total=2))
+        warnings = plan_stack(settings, stack=HETERO).warnings
+        (idle,) = [w for w in warnings if w.startswith(f"{PROJECT}:decodeNodes: the decode workers use")]
+        assert f"paid for and idle (reservation {ODCR_ID} bills them used or not)" in idle
 
     def test_the_record_names_each_sides_capacity_and_a_move_warns(self):
         reserved = stack_settings(HETERO, **DECODE_RESERVED)
