@@ -279,3 +279,25 @@ class TestTheNodeGroups:
             "(prefillNodes.capacityReservation)"
             in alerts["CapacityBlockEnding"]["annotations"]["description"]
         )
+
+
+def test_preflight_excuses_a_gpu_quota_only_where_every_side_it_counts_is_reserved():
+    """g6.8xlarge and g6e.8xlarge both count against the G and VT quota: one side reserved still needs
+    it for the other; both reserved, it is a warning naming both keys."""
+    from ops.preflight import format_findings, preflight
+    from tests.fakes.ops import IDENTITY, ZONES, answers, quota
+
+    run = answers(
+        {
+            "pulumi version": (0, "v3.200.0\n", ""),
+            "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
+            "aws sts": (0, IDENTITY, ""),
+            "aws ec2 describe-availability-zones": (0, ZONES, ""),
+            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-DB2E81BA": quota(0),
+            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-1216C47A": quota(640),
+        }
+    )
+    assert format_findings(preflight(stack_settings(HETERO, **DECODE_RESERVED), run))[1] == 2
+    report, code = format_findings(preflight(stack_settings(HETERO, **BOTH_RESERVED), run))
+    assert code == 0, report
+    assert "(the GPU nodes run on prefillNodes.capacityReservation and decodeNodes" in report
