@@ -218,6 +218,11 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
                 f"{key}.availabilityZone: {zone} must be one of {project}:network.availabilityZones "
                 f"{settings.network.availability_zones}"
             )
+        if side.config.subnet_id and not settings.cluster.existing_cluster_name:
+            problems.append(
+                f"{key}.subnetId: only with {project}:cluster.existingClusterName; the stack's own VPC has "
+                f"one private subnet per zone (choose the zone with {side.section}.availabilityZone)"
+            )
         reservation = re.fullmatch(CAPACITY_RESERVATION_PATTERN, side.config.capacity_reservation or "")
         if reservation and reservation["region"] and reservation["region"] != settings.region:
             problems.append(

@@ -167,6 +167,10 @@ class TestRefusedNamingTheKey:
             plan_zones(settings, ["sa-east-1a", "sa-east-1b", "sa-east-1c"])
         assert f"{PROJECT}:decodeNodes.capacityReservation: the reservation is in {ZONE}" in str(raised.value)
 
+    def test_a_sides_subnet_on_the_stacks_own_vpc(self):
+        with pytest.raises(ConfigError, match=r"prefillNodes\.subnetId: only with ray-llm-eks:cluster\."):
+            stack_settings(HETERO, prefillNodes={"subnetId": "subnet-01234567"})
+
     def test_a_resource_group_of_another_region(self):
         arn = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu"
         with pytest.raises(ConfigError, match=r"decodeNodes\.capacityReservation: the resource group is in"):
