@@ -246,11 +246,13 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
             "deployment that prefills and decodes, so there is no side to give GPU nodes of its own; "
             "share gpuNodes, or serve disaggregated"
         )
-    if settings.cluster.existing_cluster_name:
+    subnets = {s.section: s.config.subnet_id for s in sides if s.config.subnet_id}
+    if len(set(subnets.values())) > 1:
         problems.append(
-            f"{', '.join(f'{project}:{s.section}' for s in own)}: per-side GPU node groups are built on "
-            f"the stack's own cluster only, not on {project}:cluster.existingClusterName "
-            f"{settings.cluster.existing_cluster_name}; share gpuNodes there"
+            f"{', '.join(f'{project}:{k}.subnetId {v}' for k, v in sorted(subnets.items()))}: the sides in "
+            "two subnets, but EFA's OS-bypass traffic reaches instances of the same subnet only, so the KV "
+            "cache could not move between them; give both the same subnet, or leave it out and the stack "
+            "picks one"
         )
     return problems
 

@@ -355,10 +355,19 @@ def _placement_group(
     return groups[0] or None
 
 
-def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
+def coverage(
+    plan: CapacityPlan, settings: Settings, now: datetime, sections: Sequence[str] | None = None
+) -> str:
     """How many GPU nodes run on the reservation, how many of it stay idle, what it costs, when it ends
-    (with each side's own section's, the line names the section)."""
-    gpu = nodes_of(settings, plan.section)
+    (with each side's own section's, the line names the section). `sections`: the sections whose
+    nodes all run on it (both sides on one reservation), counted together."""
+    configs = [nodes_of(settings, section) for section in sections or [plan.section]]
+    gpu = configs[0].model_copy(
+        update={
+            "desired_size": sum(c.desired_size for c in configs),
+            "max_size": sum(c.max_size for c in configs),
+        }
+    )
     running = 0 if settings.autoscaling.parked else gpu.desired_size
     others = max(0, sum(r.used for r in plan.reservations if r.state == "active") - running)
     idle = max(0, plan.total - running - others)
@@ -376,14 +385,16 @@ def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
     running_text = "parked: no GPU node runs on it" if parked else f"{running} GPU node(s) run on it"
     taken = f", {others} taken by other instances" if others else ""
     return (
-        f"GPU capacity{_of(plan)}: {plan.what}: {plan.total} x {plan.instance_type} in {plan.zone}, "
-        f"{window}; "
+        f"GPU capacity{_of(plan, sections)}: {plan.what}: {plan.total} x {plan.instance_type} in "
+        f"{plan.zone}, {window}; "
         f"{running_text}{taken}, {idle} reserved stay idle, none On-Demand (up to {gpu.max_size} at "
         f"maxSize, all on it: the launch template says capacity-reservations-only); {billing}"
     )
 
 
-def _of(plan: CapacityPlan) -> str:
+def _of(plan: CapacityPlan, sections: Sequence[str] | None = None) -> str:
+    if sections:
+        return f" ({' and '.join(sections)})"
     return "" if plan.section == "gpuNodes" else f" ({plan.section})"
 
 

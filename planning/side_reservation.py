@@ -27,6 +27,7 @@ from planning.reservation import (
     SECTION_FIELDS,
     CapacityPlan,
     Reservation,
+    coverage,
     key_of,
     nodes_of,
     plan_capacity,
@@ -60,7 +61,27 @@ def on_side_reservations(
         )
         for plan in plans.values()
     }
-    return settings.model_copy(update=pinned), _on_demand_beside(settings, plans)
+    return settings.model_copy(update=pinned), _one_line_for_one_reservation(
+        settings, _on_demand_beside(settings, plans), now
+    )
+
+
+def _one_line_for_one_reservation(
+    settings: Settings, plans: dict[Side, CapacityPlan], now: datetime
+) -> dict[Side, CapacityPlan]:
+    """Both sides on one reservation: one coverage line counting both sides' nodes, on prefill's plan
+    (each side's own would count the other's nodes as idle), and its notes and warnings once."""
+    if len(plans) != 2 or len({p.reference for p in plans.values()}) != 1:
+        return plans
+    prefill, decode = plans["prefill"], plans["decode"]
+    joint = coverage(prefill, settings, now, sections=[prefill.section, decode.section])
+    notes = (joint, *(n for n in prefill.notes[1:]))
+    return {
+        "prefill": replace(prefill, notes=notes),
+        "decode": replace(
+            decode, notes=(), warnings=tuple(w for w in decode.warnings if w not in prefill.warnings)
+        ),
+    }
 
 
 def _on_demand_beside(settings: Settings, plans: dict[Side, CapacityPlan]) -> dict[Side, CapacityPlan]:

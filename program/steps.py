@@ -140,6 +140,8 @@ def add_gpu_nodes(
             subnet_id=gpu_subnet,
             autoscaled=autoscaled,
             capacity=reading.side_capacity,
+            record=reading.where.record.tags(reading.stack_id),
+            autoscaler_tag=stack_tag(team_stack) if team_stack and autoscaled else None,
             tags={
                 side.side: node_group_tags(side.gpu.efa_interfaces) if autoscaled else {}
                 for side in plan.sides

@@ -3,8 +3,8 @@
 group, and the two sides still end in one zone and one cluster placement group, or are refused naming
 the keys. Planning is asked as the program asks it (`on_side_reservations` of what world/reads.py
 `reserved_by_side` reads); two stack runs tie it to the resources: decode on an On-Demand Capacity
-Reservation made in a cluster placement group beside an On-Demand prefill, and both sides on one
-Capacity Block."""
+Reservation made in a cluster placement group beside an On-Demand prefill, and, on a team's cluster
+(Pulumi.byo.example.yaml), both sides on one Capacity Block."""
 
 from __future__ import annotations
 
@@ -230,13 +230,16 @@ def decode_on_odcr() -> StackRun:
 
 
 @pytest.fixture(scope="module")
-def both_on_a_block() -> StackRun:
-    return run_stack(
-        stack=HETERO,
-        overrides=BOTH_ON_A_BLOCK,
-        aws=AwsState(reservations=(block(total=2, zone=ZONE),)),
-        offerings={"sa-east-1": {"p5.48xlarge": [ZONE, "sa-east-1b"]}},  # the mocked region's, for once
-    )
+def team_block() -> StackRun:
+    """Pulumi.byo.example.yaml (a team's cluster) with prefill on gpuNodes' group and decode on its
+    own, both on one Capacity Block of p5.48xlarge."""
+    sections = {
+        "gpuNodes": {**P5, "capacityReservation": BLOCK_ID},
+        "decodeNodes": {**P5, "capacityReservation": BLOCK_ID},
+        "model": {"prefillReplicas": 1, "decodeReplicas": 1},
+    }
+    block_there = block(total=2, zone="us-east-1a")
+    return run_stack(stack="byo.example", overrides=sections, aws=AwsState(reservations=(block_there,)))
 
 
 def templates(run: StackRun) -> dict[str, dict[str, Any]]:
@@ -265,43 +268,63 @@ class TestTheNodeGroups:
         cost = next(i for i in decode_on_odcr.infos if "hourly on-demand cost" in i)
         assert f"decode GPU nodes on On-Demand Capacity Reservation {ODCR_ID}" in cost
 
-    def test_both_sides_on_one_block_as_eks_requires_it_without_a_placement_group(self, both_on_a_block):
-        groups = {g.name: g.inputs for g in both_on_a_block.of_type(NODE_GROUP) if g.name.startswith("gpu-")}
+    def test_both_sides_on_one_block_as_eks_requires_it_without_a_placement_group(self, team_block):
+        groups = {g.name: g.inputs for g in team_block.of_type(NODE_GROUP) if g.name.startswith("gpu-")}
+        assert set(groups) == {"gpu-prefill-nodes", "gpu-decode-nodes"}
         assert {g["capacityType"] for g in groups.values()} == {"CAPACITY_BLOCK"}
-        for template in templates(both_on_a_block).values():
+        for template in templates(team_block).values():
             assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
             assert template["capacityReservationSpecification"]["capacityReservationTarget"] == {
                 "capacityReservationId": BLOCK_ID
             }
             assert not template.get("placement")
-        assert not both_on_a_block.of_type(PLACEMENT)
-
-    def test_the_blocks_end_is_an_alert_naming_the_sides_key(self, both_on_a_block):
-        rule = next(iter(both_on_a_block.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")))
-        alerts = {r["alert"]: r for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
-        assert (
-            "(prefillNodes.capacityReservation)"
-            in alerts["CapacityBlockEnding"]["annotations"]["description"]
-        )
+        assert not team_block.of_type(PLACEMENT)
+        (line,) = [i for i in team_block.infos if i.startswith("GPU capacity")]
+        assert line.startswith(f"GPU capacity (gpuNodes and decodeNodes): Capacity Block {BLOCK_ID}")
+        assert "2 GPU node(s) run on it, 0 reserved stay idle" in line
+        rule = next(iter(team_block.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")))
+        alerts = [r["alert"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]]
+        assert "CapacityBlockEnding" in alerts
 
 
-def test_preflight_excuses_a_gpu_quota_only_where_every_side_it_counts_is_reserved():
-    """g6.8xlarge and g6e.8xlarge both count against the G and VT quota: one side reserved still needs
-    it for the other; both reserved, it is a warning naming both keys."""
-    from ops.preflight import format_findings, preflight
-    from tests.fakes.ops import IDENTITY, ZONES, answers, quota
+class TestOnATeamsCluster:
+    """Per-side groups on `cluster.existingClusterName` (issue 50 part C, item 2 of the brief)."""
 
-    run = answers(
-        {
-            "pulumi version": (0, "v3.200.0\n", ""),
-            "aws --version": (0, "aws-cli/2.31.0 Python/3.13\n", ""),
-            "aws sts": (0, IDENTITY, ""),
-            "aws ec2 describe-availability-zones": (0, ZONES, ""),
-            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-DB2E81BA": quota(0),
-            "aws service-quotas get-service-quota --service-code ec2 --quota-code L-1216C47A": quota(640),
+    def test_both_sides_share_one_efa_security_group_that_keeps_the_record(self, team_block):
+        (group,) = team_block.of_type("aws:ec2/securityGroup:SecurityGroup")
+        assert group.name == "gpu-efa"  # the name a shared group's has: deployed() reads it back
+        assert group.inputs["ingress"][0]["self"] and group.inputs["egress"][0]["self"]
+        assert group.inputs["tags"][f"{PROJECT}/gpu-capacity"] == f"prefill={BLOCK_ID} decode={BLOCK_ID}"
+        for template in templates(team_block).values():
+            for interface in template["networkInterfaces"]:
+                assert interface["securityGroups"] == ["sg-0c1a5t3r5ecur1ty", "securityGroup/gpu-efa"]
+
+    def test_one_subnet_and_the_stacks_autoscaler_tag_on_each_group(self, team_block):
+        groups = [g for g in team_block.of_type(NODE_GROUP) if g.name.startswith("gpu-")]
+        assert {tuple(g.inputs["subnetIds"]) for g in groups} == {("subnet-0aa0000000000000a",)}
+        tags = {t.name: t.inputs["tag"]["key"] for t in team_block.of_type("aws:autoscaling/tag:Tag")}
+        key = f"{PROJECT}/cluster-autoscaler/byo.example"
+        assert tags == {"gpu-prefill-autoscaler-tag": key, "gpu-decode-autoscaler-tag": key}
+
+    def test_the_sides_in_two_subnets_are_refused(self):
+        subnets = {
+            "prefillNodes": {"subnetId": "subnet-01234567"},
+            "decodeNodes": {"subnetId": "subnet-89abcdef"},
         }
-    )
-    assert format_findings(preflight(stack_settings(HETERO, **DECODE_RESERVED), run))[1] == 2
-    report, code = format_findings(preflight(stack_settings(HETERO, **BOTH_RESERVED), run))
-    assert code == 0, report
-    assert "(the GPU nodes run on prefillNodes.capacityReservation and decodeNodes" in report
+        with pytest.raises(
+            ConfigError, match=r"decodeNodes\.subnetId subnet-89abcdef, .*prefillNodes\.subnetId"
+        ):
+            stack_settings("byo.example", **subnets)
+
+    def test_a_sides_subnet_names_its_key_when_unusable(self):
+        from planning.existing_cluster import plan_existing
+        from tests.fakes.existing import TeamCluster
+
+        settings = stack_settings(
+            "byo.example", decodeNodes={"instanceType": "g6.8xlarge", "subnetId": "subnet-0ffffffffffffffff"}
+        )
+        team = TeamCluster.named("platform-prod", "us-east-1")
+        with pytest.raises(
+            ConfigError, match=r"decodeNodes\.subnetId: subnet-0ffffffffffffffff is not a subnet"
+        ):
+            plan_existing(settings, team.description(), ["us-east-1a"], None)
