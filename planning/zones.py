@@ -113,6 +113,16 @@ def _gpu_types(settings: Settings) -> str:
     return types if isinstance(types, str) else " and ".join(types)
 
 
+def _keys(settings: Settings, name: str, value: str | None = None) -> str:
+    """`gpuNodes.<name>`, or where the sides have their own groups, each own section's (only those set
+    to `value`, where one is given and set)."""
+    if not split(settings):
+        return f"{PROJECT}:gpuNodes.{name}"
+    sides = all_side_nodes(settings)
+    given = [s for s in sides if value and s.config.availability_zone == value]
+    return " and ".join(dict.fromkeys(f"{PROJECT}:{s.section}.{name}" for s in given or sides))
+
+
 def plan_zones(
     settings: Settings, offered_zones: Iterable[str], record: StackRecord | None = None
 ) -> ZonePlan:
@@ -149,7 +159,7 @@ def plan_zones(
         )
         if len(zones) < 2:
             problems.append(
-                f"{PROJECT}:gpuNodes.instanceType: {instance} in {settings.region} is offered in "
+                f"{_keys(settings, 'instanceType')}: {instance} in {settings.region} is offered in "
                 f"{len(zones)} zone(s) ({offered or 'none'}); EKS needs subnets in two. Pick another "
                 "region or type."
             )
@@ -169,7 +179,7 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
     instance = _gpu_types(settings)
     usable = [z for z in zones if z in offered]
     configured = gpu_zone_setting(settings)
-    key = f"{PROJECT}:gpuNodes.availabilityZone"
+    key = _keys(settings, "availabilityZone", configured)
     if configured:
         if configured not in offered:
             problem = f"{key}: {configured} does not offer {instance}; zones that do: {offered or 'none'}"
@@ -195,7 +205,7 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
                 f"{key}: {recorded}, where this stack's GPU nodes run, no longer offers {instance} "
                 f"(zones that do: {offered or 'none'}). Moving them replaces the GPU node group: set "
                 f"{key} to one of {usable or 'none of the cluster zones'}, or pick another "
-                f"{PROJECT}:gpuNodes.instanceType"
+                f"{_keys(settings, 'instanceType')}"
             ]
         )
     if not usable:

@@ -171,6 +171,18 @@ class TestRefusedNamingTheKey:
         with pytest.raises(ConfigError, match=r"prefillNodes\.subnetId: only with ray-llm-eks:cluster\."):
             stack_settings(HETERO, prefillNodes={"subnetId": "subnet-01234567"})
 
+    def test_types_offered_together_in_one_zone_name_each_sides_key(self):
+        with pytest.raises(ConfigError) as raised:
+            plan_zones(stack_settings(HETERO), [ZONE])
+        assert (
+            str(raised.value)
+            .split("\n")[1]
+            .startswith(
+                f"  - {PROJECT}:prefillNodes.instanceType and {PROJECT}:decodeNodes.instanceType: g6.8xlarge "
+                "and g6e.8xlarge in sa-east-1 is offered in 1 zone(s)"
+            )
+        )
+
     def test_a_resource_group_of_another_region(self):
         arn = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu"
         with pytest.raises(ConfigError, match=r"decodeNodes\.capacityReservation: the resource group is in"):
