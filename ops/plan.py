@@ -153,10 +153,12 @@ def _mocked_reservations(settings: Settings, reservation_kind: str) -> list[str]
     for gpu in sections:
         if not gpu.capacity_reservation or any(gpu.capacity_reservation in line for line in lines):
             continue
+        # Both sides on one reservation: room for both (world/offline.py mocks it so).
+        count = sum(c.max_size for c in sections if c.capacity_reservation == gpu.capacity_reservation)
         if reservation_kind == "capacity-block":
             lines += [
                 f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
-                f"{gpu.max_size} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
+                f"{count} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
                 "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
                 "its kind, zone, count, state and dates decide.",
                 "",
@@ -164,7 +166,7 @@ def _mocked_reservations(settings: Settings, reservation_kind: str) -> list[str]
         else:
             lines += [
                 f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
-                f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
+                f"Reservation of {count} x {gpu.instance_type} in a cluster placement group "
                 "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
                 "reads yours: its kind, zone, count, state and dates decide.",
                 "",
