@@ -43,6 +43,7 @@ from components.observability import Observability
 from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import PROJECT, load_settings
+from config.sides import Side, split
 from manifests.addons import own_namespaces
 from manifests.endpoint.gateway import EndpointManifests
 from manifests.observability.monitors import scraper
@@ -55,7 +56,8 @@ from planning.cost import PriceCache, cost_report, price_cache_path, price_queri
 from planning.model_cache import with_bucket
 from planning.names import copied_names
 from planning.nodes import placement
-from planning.reservation import on_reservation
+from planning.reservation import CapacityPlan, on_reservation
+from planning.side_reservation import on_side_reservations
 from planning.upgrades import cluster_change_notice, mode_change_notice
 from program.steps import (
     Reading,
@@ -67,7 +69,7 @@ from program.steps import (
     add_ray_service,
 )
 from world import World, provider_identity
-from world.reads import instance_types, reserved, where_it_serves
+from world.reads import instance_types, reserved, reserved_by_side, where_it_serves
 
 PROJECT_DIR = Path(__file__).parent
 
@@ -94,7 +96,14 @@ def read(world: World | None) -> Reading:
         from world.aws import AwsWorld
 
         world = AwsWorld(identity, PROJECT_DIR)
-    settings, capacity = on_reservation(settings, reserved(settings, world), world.now())
+    capacity: CapacityPlan | None = None
+    side_capacity: dict[Side, CapacityPlan] = {}
+    if split(settings):  # a side on gpuNodes' group runs on its reservation as a side
+        by_side = reserved_by_side(settings, world)
+        settings, side_capacity = on_side_reservations(settings, by_side, world.now())
+    else:
+        settings, capacity = on_reservation(settings, reserved(settings, world), world.now())
+    capacities = [capacity] if capacity else list(side_capacity.values())
     caller = world.caller()
     plan = plan_stack(
         settings, stack=stack, ec2=instance_types(settings, world), account_id=caller.account_id
@@ -107,10 +116,10 @@ def read(world: World | None) -> Reading:
         plan = replace(plan, context=where.context)
     # The bucket's name as the stack's record keeps it (planning/model_cache.py): never renamed.
     plan = replace(plan, model_cache=with_bucket(plan.model_cache, where.record.model_bucket))
-    for message in (*plan.summaries(), *where.infos, *(capacity.notes if capacity else ())):
+    for message in (*plan.summaries(), *where.infos, *(n for c in capacities for n in c.notes)):
         pulumi.log.info(message)
     copies = copied_names(stack, settings, world.stack_files(stack))
-    for message in (*plan.warnings, *where.warnings, *(capacity.warnings if capacity else ()), *copies):
+    for message in (*plan.warnings, *where.warnings, *(w for c in capacities for w in c.warnings), *copies):
         pulumi.log.warn(message)
     # Who may hand the stack's Pod Identity roles to pods: this account's EKS, for this cluster.
     partition = partition_of(settings.region)
@@ -132,6 +141,7 @@ def read(world: World | None) -> Reading:
         trust,
         partition,
         traffic,
+        side_capacity,
     )
 
 
@@ -220,7 +230,11 @@ def estimate_cost(reading: Reading) -> None:
         region=reading.settings.region,
         cache=PriceCache(price_cache_path(PROJECT_DIR)),
         build_report=lambda prices: cost_report(
-            reading.settings, prices, len(reading.where.cluster_zones), reading.capacity
+            reading.settings,
+            prices,
+            len(reading.where.cluster_zones),
+            reading.capacity,
+            side_capacity=reading.side_capacity,
         ),
     )
 

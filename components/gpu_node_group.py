@@ -28,9 +28,11 @@ from components.cluster import Cluster
 from components.existing_cluster import ExistingCluster
 from components.managed_nodes import managed_node_group, node_group_taints
 from config.cluster import GpuNodesConfig
+from config.sides import Side
 from manifests.cluster_autoscaler import OWNED
 from planning.nodes import Placement
 from planning.reservation import CapacityPlan
+from planning.side_reservation import shared_placement_group
 from planning.upgrades import GPU_NODE_UPDATE
 
 GPU_AMI = "AL2023_x86_64_NVIDIA"
@@ -77,6 +79,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         autoscaler_tag: str | None = None,
         labels: Mapping[str, str] | None = None,
         placement_group: pulumi.Input[str] | None = None,
+        security_groups: list[pulumi.Input[str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`zone`: the one availability zone of the group (it offers the instance type, see
@@ -91,7 +94,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         `labels`: the nodes' labels where not `placement`'s GPU labels (a side's own group).
         `placement_group`: a cluster placement group shared with the other side's group, so the KV path
         stays on one spine; the group is then built from `pulumi_aws` (pulumi-eks makes a placement
-        group of its own per group)."""
+        group of its own per group). `security_groups`: on a team's cluster, the EFA security groups
+        shared with the other side's group (`efa_security_groups`), rather than a group of its own."""
         super().__init__("ray-llm-eks:gpu_node_group:GpuNodeGroup", name, None, opts)
         self.availability_zone = zone
         self.labels = dict(labels) if labels is not None else placement.gpu_labels
@@ -111,7 +115,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 autoscaled=autoscaled,
                 tags=tags,
                 network_cards=network_cards,
-                security_groups=self._efa_security_groups(name, cluster, record or {}),
+                security_groups=security_groups
+                if security_groups is not None
+                else efa_security_groups(name, cluster, record or {}, self),
                 capacity=capacity,
             )
             if autoscaler_tag:
@@ -153,26 +159,6 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
         )
         self.register_outputs({"availabilityZone": zone})
-
-    def _efa_security_groups(
-        self, name: str, cluster: Cluster | ExistingCluster, record: Mapping[str, str]
-    ) -> list[pulumi.Input[str]]:
-        """The EKS cluster security group; on a team's cluster, whose group may not let EFA traffic
-        through, beside a group of the stack's own that allows all to and from itself (its tags keep
-        the stack's record)."""
-        if isinstance(cluster, Cluster):
-            return [cluster.eks_cluster.cluster_security_group_id]
-        read = cluster.plan.cluster
-        efa_group = aws.ec2.SecurityGroup(
-            f"{name}-efa",
-            vpc_id=read.vpc_id,
-            description="EFA between the ray-llm-eks GPU nodes: all traffic to and from itself",
-            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
-            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
-            tags=dict(record),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        return [read.security_group_id, efa_group.id]
 
     def _group(
         self,
@@ -225,6 +211,27 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
 
 
+def efa_security_groups(
+    name: str, cluster: Cluster | ExistingCluster, record: Mapping[str, str], parent: pulumi.Resource
+) -> list[pulumi.Input[str]]:
+    """The EKS cluster security group; on a team's cluster, whose group may not let EFA traffic
+    through, beside a group of the stack's own that allows all to and from itself (its tags keep
+    the stack's record)."""
+    if isinstance(cluster, Cluster):
+        return [cluster.eks_cluster.cluster_security_group_id]
+    read = cluster.plan.cluster
+    efa_group = aws.ec2.SecurityGroup(
+        f"{name}-efa",
+        vpc_id=read.vpc_id,
+        description="EFA between the ray-llm-eks GPU nodes: all traffic to and from itself",
+        ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+        egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+        tags=dict(record),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return [read.security_group_id, efa_group.id]
+
+
 class SideGpuNodeGroups(pulumi.ComponentResource):
     """Where each side has GPU nodes of its own (`prefillNodes`, `decodeNodes`): one cluster placement
     group in the GPU zone and an EFA GPU node group per side in it, each labelled with its side
@@ -238,21 +245,38 @@ class SideGpuNodeGroups(pulumi.ComponentResource):
         self,
         name: str,
         *,
-        sides: Sequence[tuple[str, GpuNodesConfig, int]],
+        sides: Sequence[tuple[Side, GpuNodesConfig, int]],
         placement: Placement,
         cluster: Cluster | ExistingCluster,
         zone: str,
         subnet_id: pulumi.Input[str],
         autoscaled: bool,
         tags: Mapping[str, Mapping[str, str]],
+        capacity: Mapping[Side, CapacityPlan] | None = None,
+        record: Mapping[str, str] | None = None,
+        autoscaler_tag: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`sides`: (side, its nodes' config, its type's network cards) for prefill and decode; `tags`:
-        each side's node group tags (what Cluster Autoscaler reads for scale from zero)."""
+        each side's node group tags (what Cluster Autoscaler reads for scale from zero); `capacity`: the
+        reservation of each side that runs on one (planning/side_reservation.py). With one, both sides
+        launch into the reservation's placement group (an On-Demand side too), not one of the stack's:
+        the reservation serves launches into its own group only; on one reservation made in no group
+        (a Capacity Block) both sides run on it, in none. On a team's cluster: `record`, the tags of the
+        one EFA security group both groups share (a group each would admit only its own nodes, and EFA
+        between the sides would be dropped), and `autoscaler_tag`, each group's Auto Scaling group's
+        tag for the stack's Cluster Autoscaler (`GpuNodeGroup`)."""
         super().__init__("ray-llm-eks:gpu_node_group:SideGpuNodeGroups", name, None, opts)
         self.availability_zone = zone
         child = pulumi.ResourceOptions(parent=self)
-        shared = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+        reserved = dict(capacity or {})
+        shared: pulumi.Input[str] | None = (
+            shared_placement_group(reserved)
+            if reserved
+            else aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child).name
+        )
+        team = isinstance(cluster, ExistingCluster)
+        shared_security = efa_security_groups(name, cluster, record or {}, self) if team else None
         self.groups = {
             side: GpuNodeGroup(
                 f"{name}-{side}",
@@ -265,12 +289,15 @@ class SideGpuNodeGroups(pulumi.ComponentResource):
                 tags=dict(tags.get(side, {})),
                 network_cards=cards,
                 labels=placement.side_labels(side),
-                placement_group=shared.name,
+                placement_group=shared,
+                capacity=reserved.get(side),
+                security_groups=shared_security,
+                autoscaler_tag=autoscaler_tag,
                 opts=child,
             )
             for side, config, cards in sides
         }
-        self.register_outputs({"availabilityZone": zone, "placementGroup": shared.name})
+        self.register_outputs({"availabilityZone": zone, "placementGroup": shared})
 
     @property
     def node_groups(self) -> list[eks.ManagedNodeGroup | aws.eks.NodeGroup]:

@@ -64,8 +64,9 @@ class Settings(StrictModel):
     prefill_nodes: GpuNodesConfig | None = Field(
         None,
         description="The prefill side's own GPU nodes, with the keys of `gpuNodes`: with it (or "
-        "`decodeNodes`) each side gets an EFA GPU node group of its own, of its instance type and sizes, in "
-        "the one zone and cluster placement group of the other side's, and a KubeRay worker group of its "
+        "`decodeNodes`) each side gets an EFA GPU node group of its own, of its instance type, sizes and "
+        "capacity reservation, in the one zone and cluster placement group of the other side's (a "
+        "reservation's, where a side has one), and a KubeRay worker group of its "
         "own that selects its nodes by label; a side without its own section runs on `gpuNodes`. Without "
         'either, both sides share `gpuNodes` (docs/design.md, "Sizing prefill and decode").',
     )
@@ -251,6 +252,17 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
                 f"{key}.availabilityZone: {zone} must be one of {project}:network.availabilityZones "
                 f"{settings.network.availability_zones}"
             )
+        if side.config.subnet_id and not settings.cluster.existing_cluster_name:
+            problems.append(
+                f"{key}.subnetId: only with {project}:cluster.existingClusterName; the stack's own VPC has "
+                f"one private subnet per zone (choose the zone with {side.section}.availabilityZone)"
+            )
+        reservation = re.fullmatch(CAPACITY_RESERVATION_PATTERN, side.config.capacity_reservation or "")
+        if reservation and reservation["region"] and reservation["region"] != settings.region:
+            problems.append(
+                f"{key}.capacityReservation: the resource group is in {reservation['region']}, not "
+                f"{REGION_KEY} {settings.region}; capacity reservations serve their own region only"
+            )
         if settings.autoscaling.parked and side.config.min_size > 0:
             problems.append(
                 f"{project}:autoscaling.parked: Cluster Autoscaler cannot remove GPU nodes below "
@@ -262,25 +274,19 @@ def _side_node_problems(settings: Settings, project: str) -> list[str]:
             f"{', '.join(f'{project}:{k}.taint {v}' for k, v in sorted(taints.items()))}: both sides' GPU "
             "nodes are tainted alike (the device plugins and the workers tolerate one taint); set the same"
         )
-    reserved = sorted({s.section for s in sides if s.config.capacity_reservation})
-    if reserved:
-        problems.append(
-            f"{', '.join(f'{project}:{k}.capacityReservation' for k in reserved)}: a capacity reservation "
-            f"serves one GPU node group; with {project}:prefillNodes or {project}:decodeNodes the stack has "
-            "two, which it does not yet plan reservations for; run the sides on On-Demand capacity, or "
-            "share gpuNodes"
-        )
     if settings.serving.mode == "aggregated":
         problems.append(
             f"{', '.join(f'{project}:{s.section}' for s in own)}: {project}:serving.mode aggregated runs one "
             "deployment that prefills and decodes, so there is no side to give GPU nodes of its own; "
             "share gpuNodes, or serve disaggregated"
         )
-    if settings.cluster.existing_cluster_name:
+    subnets = {s.section: s.config.subnet_id for s in sides if s.config.subnet_id}
+    if len(set(subnets.values())) > 1:
         problems.append(
-            f"{', '.join(f'{project}:{s.section}' for s in own)}: per-side GPU node groups are built on "
-            f"the stack's own cluster only, not on {project}:cluster.existingClusterName "
-            f"{settings.cluster.existing_cluster_name}; share gpuNodes there"
+            f"{', '.join(f'{project}:{k}.subnetId {v}' for k, v in sorted(subnets.items()))}: the sides in "
+            "two subnets, but EFA's OS-bypass traffic reaches instances of the same subnet only, so the KV "
+            "cache could not move between them; give both the same subnet, or leave it out and the stack "
+            "picks one"
         )
     return problems
 

@@ -60,3 +60,16 @@ def gpu_instance_types(settings: Settings) -> str | list[str]:
     if not split(settings):
         return settings.gpu_nodes.instance_type
     return list(dict.fromkeys(s.config.instance_type for s in all_side_nodes(settings)))
+
+
+def gpu_subnet_setting(settings: Settings) -> tuple[str, str | None]:
+    """(the section that names it, the subnet of a team's VPC) the GPU nodes go to: `gpuNodes.subnetId`,
+    or where the sides have their own groups, the one subnet their sections agree on (config/settings.py
+    refuses two), named by the first own section when none gives one."""
+    if not split(settings):
+        return "gpuNodes", settings.gpu_nodes.subnet_id
+    sides = all_side_nodes(settings)
+    given = [s for s in sides if s.config.subnet_id]
+    if given:
+        return given[0].section, given[0].config.subnet_id
+    return next(s.section for s in sides if s.section != "gpuNodes"), None

@@ -93,7 +93,8 @@ def _plan_parser(commands: Subparsers) -> None:
         "--reservation-kind",
         choices=["odcr", "capacity-block"],
         default="odcr",
-        help="what the reservation gpuNodes.capacityReservation names is mocked as (only EC2 knows): an "
+        help="what the reservation gpuNodes.capacityReservation (or a side's) names is mocked as (only EC2 "
+        "knows): an "
         "On-Demand Capacity Reservation (default) or a Capacity Block, active for a week from yesterday",
     )
 

@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
-from config.sides import all_side_nodes, split
+from config.sides import Side, all_side_nodes, split
 from ops.kube import OpsError
 from ops.mocked_run import StackRun, run_offline
 from planning.cost import PriceCache, cost_report, price_cache_path, price_queries
 from planning.names import stack_files_beside
 from planning.price_snapshot import snapshot_prices
-from planning.reservation import plan_capacity
+from planning.reservation import CapacityPlan, plan_capacity
+from planning.side_reservation import on_side_reservations
 from world.offline import OfflineWorld
+from world.reads import reserved_by_side
 
 COST_HEADER = "hourly on-demand cost"
 """How the program's own cost report begins (planning/cost.py): the plan shows its own, labelled."""
@@ -83,8 +85,10 @@ def run_plan(
         ) from None
 
 
-def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str]) -> list[str]:
-    """The GPU nodes: one group, or each side's (`prefillNodes`, `decodeNodes`) in the one zone."""
+def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str], block: bool = False) -> list[str]:
+    """The GPU nodes: one group, or each side's (`prefillNodes`, `decodeNodes`) in the one zone, with
+    the reservation a side runs on; `block`: the reservations are mocked as Capacity Blocks (both
+    sides on one block then, which takes no placement group)."""
     parked = settings.autoscaling.parked
     where = f"in {gpu_zone}"
     cluster = f"cluster zones (mocked): {', '.join(zones)}"
@@ -97,11 +101,20 @@ def gpu_node_lines(settings: Settings, gpu_zone: str, zones: list[str]) -> list[
     for side in all_side_nodes(settings):
         nodes = side.config
         count = "0 (parked)" if parked else str(nodes.desired_size)
+        on = f", on {nodes.capacity_reservation}" if nodes.capacity_reservation else ""
         lines.append(
             f"  GPU, {side.side} ({side.section}): {count} x {nodes.instance_type} {where} (min "
-            f"{nodes.min_size}, max {nodes.max_size})"
+            f"{nodes.min_size}, max {nodes.max_size}){on}"
         )
-    return [*lines, f"  both sides in one cluster placement group; {cluster}"]
+    reserved = any(s.config.capacity_reservation for s in all_side_nodes(settings))
+    placed = (
+        "both sides on one Capacity Block, in no placement group"
+        if reserved and block
+        else "both sides in the reservation's cluster placement group"
+        if reserved
+        else "both sides in one cluster placement group"
+    )
+    return [*lines, f"  {placed}; {cluster}"]
 
 
 def resources_by_component(run: Any) -> list[tuple[str, int, Counter[str]]]:
@@ -133,6 +146,34 @@ def prices_for(
     return snapshot_prices(settings.region, keys)
 
 
+def _mocked_reservations(settings: Settings, reservation_kind: str) -> list[str]:
+    """What the report says of the reservations it mocks: `gpuNodes`', or each side's own."""
+    sections = [s.config for s in all_side_nodes(settings)] if split(settings) else [settings.gpu_nodes]
+    lines: list[str] = []
+    for gpu in sections:
+        if not gpu.capacity_reservation or any(gpu.capacity_reservation in line for line in lines):
+            continue
+        # Both sides on one reservation: room for both (world/offline.py mocks it so).
+        count = sum(c.max_size for c in sections if c.capacity_reservation == gpu.capacity_reservation)
+        if reservation_kind == "capacity-block":
+            lines += [
+                f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
+                f"{count} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
+                "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
+                "its kind, zone, count, state and dates decide.",
+                "",
+            ]
+        else:
+            lines += [
+                f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
+                f"Reservation of {count} x {gpu.instance_type} in a cluster placement group "
+                "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
+                "reads yours: its kind, zone, count, state and dates decide.",
+                "",
+            ]
+    return lines
+
+
 def plan_report(
     stack: str,
     settings: Settings,
@@ -144,7 +185,7 @@ def plan_report(
     """The report; `reservation_kind`: what the reservation the stack names is mocked as (`odcr` or
     `capacity-block`: only EC2 knows which it is)."""
     run = run_plan(stack, config, settings, root, reservation_kind)
-    gpu, system = settings.gpu_nodes, settings.system_nodes
+    system = settings.system_nodes
     zones = run.exports.get("clusterZones") or []
     lines = [
         f"Plan of stack {stack} in {settings.region}: the program against the offline world (no AWS, no "
@@ -159,22 +200,7 @@ def plan_report(
             "yours: its version, subnets and add-ons decide.",
             "",
         ]
-    if gpu.capacity_reservation and reservation_kind == "capacity-block":
-        lines += [
-            f"Reservation {gpu.capacity_reservation} is mocked too: an active Capacity Block of "
-            f"{gpu.max_size} x {gpu.instance_type}, a week from yesterday (world/offline.py; "
-            "`--reservation-kind odcr` for an On-Demand Capacity Reservation). A preview reads yours: "
-            "its kind, zone, count, state and dates decide.",
-            "",
-        ]
-    elif gpu.capacity_reservation:
-        lines += [
-            f"Reservation {gpu.capacity_reservation} is mocked too: an active On-Demand Capacity "
-            f"Reservation of {gpu.max_size} x {gpu.instance_type} in a cluster placement group "
-            "(world/offline.py; `--reservation-kind capacity-block` for a Capacity Block). A preview "
-            "reads yours: its kind, zone, count, state and dates decide.",
-            "",
-        ]
+    lines += _mocked_reservations(settings, reservation_kind)
     if run.warnings:
         lines += ["Warnings (a preview shows them too):", *(f"  ! {w}" for w in run.warnings), ""]
     summaries = [m for m in run.infos if not m.startswith(COST_HEADER)]  # the cost is one message
@@ -183,7 +209,7 @@ def plan_report(
     lines += [
         "Nodes:",
         f"  system: {system.desired_size} x {system.instance_type} (up to {system.max_size})",
-        *gpu_node_lines(settings, gpu_zone, zones),
+        *gpu_node_lines(settings, gpu_zone, zones, block=reservation_kind == "capacity-block"),
         "",
     ]
     groups = resources_by_component(run)
@@ -197,7 +223,16 @@ def plan_report(
     prices, source = prices_for(settings, price_cache_path(root), clock)
     world = OfflineWorld.for_stack(settings, {}, reservation_kind=RESERVATION_KINDS[reservation_kind])
     reference = settings.gpu_nodes.capacity_reservation
-    capacity = plan_capacity(settings, world.reservations(reference), world.now()) if reference else None
-    report = cost_report(settings, prices, len(zones) or 2, capacity).format().splitlines()
+    capacity: CapacityPlan | None = None
+    side_capacity: dict[Side, CapacityPlan] = {}
+    if split(settings):
+        side_capacity = on_side_reservations(settings, reserved_by_side(settings, world), world.now())[1]
+    elif reference:
+        capacity = plan_capacity(settings, world.reservations(reference), world.now())
+    report = (
+        cost_report(settings, prices, len(zones) or 2, capacity, side_capacity=side_capacity)
+        .format()
+        .splitlines()
+    )
     lines += ["", f"Cost ({source}):", *report[1:]]
     return "\n".join(lines) + "\n"

@@ -152,7 +152,11 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
     findings.append(Finding(True, f"region {region}", f"{len(names)} zones"))
     if settings.cluster.existing_cluster_name:
         findings.append(_existing_cluster(run, settings.cluster.existing_cluster_name, region))
-    gpu_quota = quota_of(settings.gpu_nodes.instance_type)[0]
+    gpu_sections = (
+        [(s.section, s.config) for s in all_side_nodes(settings)]
+        if split(settings)
+        else [("gpuNodes", settings.gpu_nodes)]
+    )
     for (code, name), needed in sorted(vcpus_needed(settings).items()):
         answer = _run(
             run,
@@ -179,10 +183,13 @@ def preflight(settings: Settings, run: Runner = subprocess.run) -> list[Finding]
         limit = float(json.loads(answer.stdout)["Quota"]["Value"])
         ok = limit >= needed
         advice = "" if ok else f"; request {needed} vCPUs: Service Quotas console, EC2, quota {code}"
-        reserved = bool(settings.gpu_nodes.capacity_reservation) and code == gpu_quota
+        # A quota every GPU node of which runs on a reservation: their instances are already held.
+        counted = [(name, c) for name, c in gpu_sections if quota_of(c.instance_type)[0] == code]
+        reserved = bool(counted) and all(c.capacity_reservation for _, c in counted)
         if reserved and not ok:
             # The GPU nodes launch into the reservation the stack names, whose instances are already held.
-            advice += " (the GPU nodes run on gpuNodes.capacityReservation, which holds its instances)"
+            keys = " and ".join(dict.fromkeys(f"{name}.capacityReservation" for name, _ in counted))
+            advice += f" (the GPU nodes run on {keys}, which holds its instances)"
         findings.append(
             Finding(ok, name, f"{limit:g} vCPUs, the stack needs up to {needed}{advice}", fatal=not reserved)
         )

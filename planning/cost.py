@@ -13,13 +13,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from config import Settings
 from config.cluster import GpuNodesConfig
-from config.sides import all_side_nodes, gpu_instance_types, split
+from config.sides import Side, all_side_nodes, gpu_instance_types, split
 from planning.reservation import CapacityPlan
 
 PRICE_REGION = "us-east-1"
@@ -193,12 +193,18 @@ def nat_gateway_count(settings: Settings, zones: int) -> int:
 
 
 def cost_report(
-    settings: Settings, prices: dict[str, float | None], zones: int, capacity: CapacityPlan | None = None
+    settings: Settings,
+    prices: dict[str, float | None],
+    zones: int,
+    capacity: CapacityPlan | None = None,
+    *,
+    side_capacity: Mapping[Side, CapacityPlan] | None = None,
 ) -> CostReport:
     """`zones`: the cluster's availability zones (a NAT gateway each with `natGateways: perAz`);
     `capacity`: the reservation the GPU nodes run on (planning/reservation.py): an On-Demand Capacity
     Reservation costs the On-Demand rate for every reserved instance, used or not, parked too; a Capacity
-    Block was paid at purchase, so its nodes add nothing by the hour (and no API tells its price)."""
+    Block was paid at purchase, so its nodes add nothing by the hour (and no API tells its price).
+    `side_capacity`: where each side has GPU nodes of its own, the reservation of each reserved side."""
     system, gpu = settings.system_nodes, settings.gpu_nodes
     nat_gateways = nat_gateway_count(settings, zones)
 
@@ -215,7 +221,7 @@ def cost_report(
         *([line("network load balancer", 1, "nlb")] if settings.endpoint.enabled else []),
     ]
     if split(settings):
-        return _per_side_report(settings, fixed, line)
+        return _per_side_report(settings, fixed, line, side_capacity or {})
     gpu_key = f"ec2:{gpu.instance_type}"
     desired = 0 if settings.autoscaling.parked else gpu.desired_size
     if capacity and capacity.block:
@@ -246,26 +252,41 @@ def cost_report(
 
 
 def _per_side_report(
-    settings: Settings, fixed: list[CostLine], line: Callable[[str, int, str], CostLine]
+    settings: Settings,
+    fixed: list[CostLine],
+    line: Callable[[str, int, str], CostLine],
+    capacity: Mapping[Side, CapacityPlan],
 ) -> CostReport:
-    """Each side's GPU nodes on a line of their own (`prefillNodes`, `decodeNodes`), prefill's first."""
+    """Each side's GPU nodes on a line of their own (`prefillNodes`, `decodeNodes`), prefill's first; a
+    side on a reservation (`capacity`, by side) as the shared group's is: an On-Demand Capacity
+    Reservation bills every reserved instance, serving, at most and parked; a Capacity Block nothing by
+    the hour. Both sides on one reservation bill it once, on prefill's line."""
     parked = settings.autoscaling.parked
+    blocks = list(dict.fromkeys(c.what for c in capacity.values() if c.block))
 
     def sides(count: Callable[[GpuNodesConfig], int]) -> tuple[CostLine, ...]:
-        return tuple(
-            line(
-                f"{s.side} GPU nodes ({s.config.instance_type})",
-                count(s.config),
-                f"ec2:{s.config.instance_type}",
-            )
-            for s in all_side_nodes(settings)
-        )
+        lines, billed = [], set()
+        for s in all_side_nodes(settings):
+            kind, key = s.config.instance_type, f"ec2:{s.config.instance_type}"
+            reserved = capacity.get(s.side)
+            if reserved and reserved.block:
+                part = f"{s.side} GPU nodes ({kind}) on {reserved.what}, paid up front"
+                lines.append(CostLine(part, count(s.config), 0.0))
+            elif reserved:
+                part = f"{s.side} GPU nodes on {reserved.what}: {kind} reserved, used or not"
+                lines.append(line(part, 0 if reserved.reference in billed else reserved.total, key))
+                billed.add(reserved.reference)
+            else:
+                lines.append(line(f"{s.side} GPU nodes ({kind})", count(s.config), key))
+        return tuple(lines)
 
+    serving = sides(lambda c: 0 if parked else c.desired_size)
     return CostReport(
         region=settings.region,
-        serving=(*fixed, *sides(lambda c: 0 if parked else c.desired_size)),
+        serving=(*fixed, *serving),
         at_most=(*fixed, *sides(lambda c: c.max_size)),
         parked=(*fixed, *sides(lambda c: 0)),
+        notes=tuple(f"{b} was paid at purchase (EC2 shows its price on the invoice only)" for b in blocks),
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from config import PROJECT, ConfigError, Settings, versions
+from config.sides import all_side_nodes, gpu_instance_types, gpu_subnet_setting, gpu_zone_setting
 from planning.zones import StackRecord
 
 POD_IDENTITY_AGENT = "eks-pod-identity-agent"
@@ -215,12 +216,19 @@ def _gpu_subnet(
     warnings: list[str],
 ) -> Subnet | None:
     """The given subnet, else the recorded one, else the first private subnet (the cluster's own first)
-    in a zone that offers the GPU type (`gpuNodes.availabilityZone`, if set)."""
-    instance = settings.gpu_nodes.instance_type
-    zone = settings.gpu_nodes.availability_zone
+    in a zone that offers the GPU type (`gpuNodes.availabilityZone`, if set). Where the sides have GPU
+    nodes of their own, one subnet for both (EFA does not cross subnets): the one their sections give
+    (config/settings.py refuses two), in a zone that offers both types."""
+    types = gpu_instance_types(settings)
+    instance = types if isinstance(types, str) else " and ".join(types)
+    zone = gpu_zone_setting(settings)
     by_id = {s.id: s for s in cluster.subnets}
-    given = settings.gpu_nodes.subnet_id
-    key = f"{PROJECT}:gpuNodes.subnetId"
+    section, given = gpu_subnet_setting(settings)
+    zone_section = next(
+        (s.section for s in all_side_nodes(settings) if s.config.availability_zone == zone and zone),
+        "gpuNodes",
+    )
+    key = f"{PROJECT}:{section}.subnetId"
 
     def unusable(subnet: Subnet) -> str | None:
         if not subnet.private:
@@ -230,7 +238,7 @@ def _gpu_subnet(
                 f"{subnet.id} is in {subnet.zone}, which does not offer {instance} (zones that do: {offered})"
             )
         if zone and subnet.zone != zone:
-            return f"{subnet.id} is in {subnet.zone}, not {PROJECT}:gpuNodes.availabilityZone {zone}"
+            return f"{subnet.id} is in {subnet.zone}, not {PROJECT}:{zone_section}.availabilityZone {zone}"
         return None
 
     if given:
@@ -267,12 +275,14 @@ def _gpu_subnet(
     candidates = [s for s in cluster.subnets if unusable(s) is None]
     if not candidates:
         private_zones = sorted({s.zone for s in cluster.subnets if s.private})
-        where = f"{PROJECT}:gpuNodes.availabilityZone {zone}" if zone else f"zones that offer {instance}"
+        where = (
+            f"{PROJECT}:{zone_section}.availabilityZone {zone}" if zone else f"zones that offer {instance}"
+        )
         problems.append(
             f"{PROJECT}:cluster.existingClusterName: VPC {cluster.vpc_id} has no private subnet in {where} "
             f"(zones that offer it: {offered or 'none'}; zones with private subnets: "
             f"{private_zones or 'none'}). "
-            "Add a private subnet there (with a NAT route), or pick another gpuNodes.instanceType"
+            f"Add a private subnet there (with a NAT route), or pick another {section}.instanceType"
         )
         return None
     chosen = sorted(candidates, key=lambda s: (not s.in_cluster, s.zone, s.id))[0]

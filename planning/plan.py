@@ -755,11 +755,13 @@ def _side_problems(
     running = 0 if settings.autoscaling.parked or shared else config.desired_size
     if running and per_node and most < running * per_node:
         used, held = most * tp, running * gpu.gpus
+        reserved = config.capacity_reservation
+        billed = f" (reservation {reserved} bills them used or not)" if reserved else ""
         warnings.append(
             f"{section}: the {nodes.side} workers use at most {used} GPU(s) ({most} worker(s) x {tp_key} "
             f"{tp}), but {nodes.section}.desiredSize {running} x {gpu.name} hold {held}: {held - used} "
-            f"GPU(s) paid for and idle; set {nodes.section}.desiredSize {-(-most // per_node)}, or more "
-            f"{nodes.side} replicas"
+            f"GPU(s) paid for and idle{billed}; set {nodes.section}.desiredSize {-(-most // per_node)}, or "
+            f"more {nodes.side} replicas"
         )
     return problems, warnings
 

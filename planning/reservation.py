@@ -27,6 +27,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from config import PROJECT, ConfigError, Settings
+from config.cluster import GpuNodesConfig
+from config.sides import all_side_nodes, split
 
 KEY = f"{PROJECT}:gpuNodes.capacityReservation"
 BLOCK = "capacity-block"
@@ -109,6 +111,9 @@ class CapacityPlan:
     """The cluster placement group the nodes launch into: the reservation's, or none."""
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    section: str = "gpuNodes"
+    """The stack-file section whose `capacityReservation` named it: `gpuNodes`, or a side's own
+    (`prefillNodes`, `decodeNodes`: config/sides.py)."""
 
     @property
     def block(self) -> bool:
@@ -170,15 +175,34 @@ def on_reservation(
     return settings.model_copy(update={"gpu_nodes": gpu}), capacity
 
 
-def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: datetime) -> CapacityPlan:
-    """Whether the GPU node group can run on `reservations` (what `gpuNodes.capacityReservation` names);
-    ConfigError with every reason it cannot."""
-    reference = settings.gpu_nodes.capacity_reservation
+def key_of(section: str) -> str:
+    """The key of a section's reservation: `gpuNodes.capacityReservation` or a side's own."""
+    return f"{PROJECT}:{section}.capacityReservation"
+
+
+def nodes_of(settings: Settings, section: str) -> GpuNodesConfig:
+    """The GPU nodes' config of a section (`gpuNodes`, `prefillNodes`, `decodeNodes`)."""
+    config = getattr(settings, SECTION_FIELDS[section])
+    assert config is not None
+    return config
+
+
+SECTION_FIELDS = {"gpuNodes": "gpu_nodes", "prefillNodes": "prefill_nodes", "decodeNodes": "decode_nodes"}
+"""The Settings field of each section of GPU nodes."""
+
+
+def plan_capacity(
+    settings: Settings, reservations: Sequence[Reservation], now: datetime, section: str = "gpuNodes"
+) -> CapacityPlan:
+    """Whether the GPU node group of `section` can run on `reservations` (what its
+    `capacityReservation` names); ConfigError with every reason it cannot."""
+    key = key_of(section)
+    gpu = nodes_of(settings, section)
+    reference = gpu.capacity_reservation
     assert reference
-    gpu = settings.gpu_nodes
     parked = settings.autoscaling.parked
     if not reservations:
-        raise ConfigError([f"{KEY}: resource group {reference} holds no capacity reservations"])
+        raise ConfigError([f"{key}: resource group {reference} holds no capacity reservations"])
     problems: list[str] = []
     warnings: list[str] = []
     notes: list[str] = []
@@ -186,14 +210,14 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
         blocks = [r.id for r in reservations if r.block]
         if blocks:
             problems.append(
-                f"{KEY}: resource group {reference} holds Capacity Blocks ({', '.join(blocks)}); EKS runs a "
+                f"{key}: resource group {reference} holds Capacity Blocks ({', '.join(blocks)}); EKS runs a "
                 "node group on one block, named by its ID: set the block's ID"
             )
         for attribute, what in (("instance_type", "instance types"), ("zone", "zones")):
             found = sorted({getattr(r, attribute) for r in reservations})
             if len(found) > 1:
                 problems.append(
-                    f"{KEY}: the reservations of resource group {reference} are in several {what} "
+                    f"{key}: the reservations of resource group {reference} are in several {what} "
                     f"({', '.join(found)}); the GPU nodes are one type in one zone: group only those"
                 )
         if problems:
@@ -202,38 +226,39 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
     name = reference if not reference.startswith("arn:") else f"resource group {reference}"
     if first.instance_type != gpu.instance_type:
         problems.append(
-            f"{KEY}: {name} reserves {first.instance_type}, not {PROJECT}:gpuNodes.instanceType "
-            f"{gpu.instance_type}: set gpuNodes.instanceType: {first.instance_type}, or name a reservation "
+            f"{key}: {name} reserves {first.instance_type}, not {PROJECT}:{section}.instanceType "
+            f"{gpu.instance_type}: set {section}.instanceType: {first.instance_type}, or name a reservation "
             f"of {gpu.instance_type}"
         )
     for r in reservations:
         if r.platform != LINUX:
-            problems.append(f"{KEY}: {r.id} reserves {r.platform} instances; the GPU nodes run {LINUX}")
+            problems.append(f"{key}: {r.id} reserves {r.platform} instances; the GPU nodes run {LINUX}")
         if r.tenancy != "default":
             problems.append(
-                f"{KEY}: {r.id} reserves {r.tenancy} tenancy; the GPU nodes launch with default tenancy"
+                f"{key}: {r.id} reserves {r.tenancy} tenancy; the GPU nodes launch with default tenancy"
             )
     if gpu.availability_zone and gpu.availability_zone != first.zone:
         problems.append(
-            f"{KEY}: {name} is in {first.zone}, not {PROJECT}:gpuNodes.availabilityZone "
-            f"{gpu.availability_zone}: remove gpuNodes.availabilityZone (the reservation's zone is used)"
+            f"{key}: {name} is in {first.zone}, not {PROJECT}:{section}.availabilityZone "
+            f"{gpu.availability_zone}: remove {section}.availabilityZone (the reservation's zone is used)"
         )
     total = sum(r.total for r in reservations)
     for size, value in (("desiredSize", gpu.desired_size), ("maxSize", gpu.max_size)):
         if value > total:
             problems.append(
-                f"{KEY}: {name} reserves {total} x {first.instance_type}, fewer than "
-                f"{PROJECT}:gpuNodes.{size} {value}; the GPU nodes launch with `capacity-reservations-only`, "
-                f"never on On-Demand, so the nodes beyond it would never start: set gpuNodes.{size} to at "
+                f"{key}: {name} reserves {total} x {first.instance_type}, fewer than "
+                f"{PROJECT}:{section}.{size} {value}; the GPU nodes launch with "
+                "`capacity-reservations-only`, never on On-Demand, so the nodes beyond it would never start: "
+                f"set {section}.{size} to at "
                 f"most {total}, or reserve more"
             )
-    warnings += _sharing_warnings(reservations, name, gpu.desired_size, parked)
+    warnings += _sharing_warnings(reservations, name, gpu.desired_size, parked, section)
     for r in reservations:
-        problems += _state_problems(r, parked, gpu.desired_size, now, notes)
-    placement = _placement_group(reservations, problems, warnings)
+        problems += _state_problems(r, parked, gpu.desired_size, now, notes, section)
+    placement = _placement_group(reservations, problems, warnings, key)
     if problems:
         raise ConfigError(problems)
-    plan = CapacityPlan(reference, tuple(reservations), placement)
+    plan = CapacityPlan(reference, tuple(reservations), placement, section=section)
     ends = plan.ends
     if ends and now < ends <= now + ENDING_SOON:
         warnings.append(_ending(plan, ends, now))
@@ -244,19 +269,20 @@ def plan_capacity(settings: Settings, reservations: Sequence[Reservation], now: 
             "rolls the GPU nodes (an AMI release, the Kubernetes version, the disk size) park the stack "
             "(autoscaling.parked: true), then unpark"
         )
-    return CapacityPlan(reference, tuple(reservations), placement, tuple(notes), tuple(warnings))
+    return CapacityPlan(reference, tuple(reservations), placement, tuple(notes), tuple(warnings), section)
 
 
 def _sharing_warnings(
-    reservations: Sequence[Reservation], name: str, desired: int, parked: bool
+    reservations: Sequence[Reservation], name: str, desired: int, parked: bool, section: str
 ) -> list[str]:
     """What other instances take of the reservation: an `open` one serves any matching instance of the
     account, and whatever runs in it now leaves the rest free (`AvailableInstanceCount`)."""
+    key = key_of(section)
     warnings = []
     for r in reservations:
         if r.match_criteria == "open" and not r.block:
             warnings.append(
-                f"{KEY}: {r.id} is open (InstanceMatchCriteria): any {r.instance_type} the account runs in "
+                f"{key}: {r.id} is open (InstanceMatchCriteria): any {r.instance_type} the account runs in "
                 f"{r.zone} without naming a reservation lands in it and takes a GPU node's place. Make it "
                 f"targeted, so only launches that name it use it: `aws ec2 modify-capacity-reservation "
                 f"--capacity-reservation-id {r.id} --instance-match-criteria targeted`"
@@ -265,15 +291,18 @@ def _sharing_warnings(
     free, used = sum(r.available for r in active), sum(r.used for r in active)
     if active and used and not parked and desired > free:
         warnings.append(
-            f"{KEY}: {name} has {free} of {sum(r.total for r in active)} reserved instance(s) free now; "
+            f"{key}: {name} has {free} of {sum(r.total for r in active)} reserved instance(s) free now; "
             f"{used} run in it already (this stack's GPU nodes, if they run, and any other instance that "
             f"uses it). Until desiredSize {desired} fit, the launches beyond the free capacity fail (the "
-            "GPU nodes never run On-Demand): free it, or lower gpuNodes.desiredSize"
+            f"GPU nodes never run On-Demand): free it, or lower {section}.desiredSize"
         )
     return warnings
 
 
-def _state_problems(r: Reservation, parked: bool, desired: int, now: datetime, notes: list[str]) -> list[str]:
+def _state_problems(
+    r: Reservation, parked: bool, desired: int, now: datetime, notes: list[str], section: str
+) -> list[str]:
+    key = key_of(section)
     kind = "Capacity Block" if r.block else "capacity reservation"
     if r.state == "active":
         return []
@@ -282,8 +311,8 @@ def _state_problems(r: Reservation, parked: bool, desired: int, now: datetime, n
         if parked and desired:
             # The group would be created asking for nodes that cannot launch yet.
             return [
-                f"{KEY}: {kind} {r.id} is {r.state}{starts and ','}{starts}; parked until then, the GPU node "
-                f"group must start empty: set {PROJECT}:gpuNodes.desiredSize: 0 (Cluster Autoscaler adds "
+                f"{key}: {kind} {r.id} is {r.state}{starts and ','}{starts}; parked until then, the GPU node "
+                f"group must start empty: set {PROJECT}:{section}.desiredSize: 0 (Cluster Autoscaler adds "
                 "the nodes once the stack is unparked)"
             ]
         if parked:
@@ -293,32 +322,32 @@ def _state_problems(r: Reservation, parked: bool, desired: int, now: datetime, n
             )
             return []
         return [
-            f"{KEY}: {kind} {r.id} is {r.state} and has no capacity yet{starts and ','}{starts}; no GPU node "
-            "can launch before that. Set autoscaling.parked: true (and gpuNodes.minSize: 0) to deploy "
+            f"{key}: {kind} {r.id} is {r.state} and has no capacity yet{starts and ','}{starts}; no GPU node "
+            f"can launch before that. Set autoscaling.parked: true (and {section}.minSize: 0) to deploy "
             "everything else now, and false once it is active"
         ]
     ended = f" (it ended {_when(r.end, now)})" if r.end and r.state == "expired" else ""
     return [
-        f"{KEY}: {kind} {r.id} is {r.state}{ended}, so no node can run on it: name a reservation that is "
-        "active or scheduled, or remove gpuNodes.capacityReservation to run On-Demand"
+        f"{key}: {kind} {r.id} is {r.state}{ended}, so no node can run on it: name a reservation that is "
+        f"active or scheduled, or remove {section}.capacityReservation to run On-Demand"
     ]
 
 
 def _placement_group(
-    reservations: Sequence[Reservation], problems: list[str], warnings: list[str]
+    reservations: Sequence[Reservation], problems: list[str], warnings: list[str], key: str
 ) -> str | None:
     if reservations[0].block:
         return None  # placed in an UltraCluster; a cluster placement group only adds capacity errors
     groups = sorted({r.placement_group or "" for r in reservations})
     if len(groups) > 1:
         problems.append(
-            f"{KEY}: the reservations are in different placement groups "
+            f"{key}: the reservations are in different placement groups "
             f"({', '.join(g or 'none' for g in groups)}); the GPU nodes launch into one"
         )
         return None
     if not groups[0]:
         warnings.append(
-            f"{KEY}: {', '.join(r.id for r in reservations)} was not made in a cluster placement group, so "
+            f"{key}: {', '.join(r.id for r in reservations)} was not made in a cluster placement group, so "
             "the GPU nodes launch into none (a group of the stack's own would find no reserved room in it): "
             "EFA works across the zone, with more latency between the nodes. EC2 cannot move a reservation "
             "into a placement group; a new one made in a cluster placement group gets it"
@@ -326,9 +355,19 @@ def _placement_group(
     return groups[0] or None
 
 
-def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
-    """How many GPU nodes run on the reservation, how many of it stay idle, what it costs, when it ends."""
-    gpu = settings.gpu_nodes
+def coverage(
+    plan: CapacityPlan, settings: Settings, now: datetime, sections: Sequence[str] | None = None
+) -> str:
+    """How many GPU nodes run on the reservation, how many of it stay idle, what it costs, when it ends
+    (with each side's own section's, the line names the section). `sections`: the sections whose
+    nodes all run on it (both sides on one reservation), counted together."""
+    configs = [nodes_of(settings, section) for section in sections or [plan.section]]
+    gpu = configs[0].model_copy(
+        update={
+            "desired_size": sum(c.desired_size for c in configs),
+            "max_size": sum(c.max_size for c in configs),
+        }
+    )
     running = 0 if settings.autoscaling.parked else gpu.desired_size
     others = max(0, sum(r.used for r in plan.reservations if r.state == "active") - running)
     idle = max(0, plan.total - running - others)
@@ -346,23 +385,31 @@ def coverage(plan: CapacityPlan, settings: Settings, now: datetime) -> str:
     running_text = "parked: no GPU node runs on it" if parked else f"{running} GPU node(s) run on it"
     taken = f", {others} taken by other instances" if others else ""
     return (
-        f"GPU capacity: {plan.what}: {plan.total} x {plan.instance_type} in {plan.zone}, {window}; "
+        f"GPU capacity{_of(plan, sections)}: {plan.what}: {plan.total} x {plan.instance_type} in "
+        f"{plan.zone}, {window}; "
         f"{running_text}{taken}, {idle} reserved stay idle, none On-Demand (up to {gpu.max_size} at "
         f"maxSize, all on it: the launch template says capacity-reservations-only); {billing}"
     )
 
 
+def _of(plan: CapacityPlan, sections: Sequence[str] | None = None) -> str:
+    if sections:
+        return f" ({' and '.join(sections)})"
+    return "" if plan.section == "gpuNodes" else f" ({plan.section})"
+
+
 def _ending(plan: CapacityPlan, ends: datetime, now: datetime) -> str:
+    key, section = key_of(plan.section), plan.section
     if plan.block:
         return (
-            f"{KEY}: {plan.what} ends {_when(ends, now)}: EKS scales the GPU nodes to 0 forty minutes "
+            f"{key}: {plan.what} ends {_when(ends, now)}: EKS scales the GPU nodes to 0 forty minutes "
             "before and EC2 stops them 30 minutes before, so serving stops. Extend the block (`aws ec2 "
             "purchase-capacity-block-extension`) or move to other capacity before then"
         )
     return (
-        f"{KEY}: {plan.what} ends {_when(ends, now)}: running nodes go on On-Demand, but a launch that "
+        f"{key}: {plan.what} ends {_when(ends, now)}: running nodes go on On-Demand, but a launch that "
         "targets it fails after that (a replaced or added GPU node would not start): extend it or remove "
-        "gpuNodes.capacityReservation"
+        f"{section}.capacityReservation"
     )
 
 
@@ -408,15 +455,32 @@ def reservation_ids(group_resources: Mapping[str, Any]) -> list[str]:
     return sorted(found)
 
 
+def capacity_record(settings: Settings) -> str:
+    """What the stack keeps of its GPU capacity (planning/zones.py StackRecord.gpu_capacity): `on-demand`,
+    the `gpuNodes.capacityReservation` its nodes target, or where each side has nodes of its own and one
+    of them is reserved, each side's (`prefill=<reference> decode=on-demand`)."""
+    if not split(settings):
+        return settings.gpu_nodes.capacity_reservation or ON_DEMAND
+    sides = all_side_nodes(settings)
+    if not any(nodes.config.capacity_reservation for nodes in sides):
+        return ON_DEMAND
+    return " ".join(f"{nodes.side}={nodes.config.capacity_reservation or ON_DEMAND}" for nodes in sides)
+
+
 def capacity_change_warnings(settings: Settings, recorded: str | None) -> tuple[str, ...]:
     """A warning when the GPU nodes move on, off or between reservations: their node group is replaced,
     or EKS rolls its nodes onto the new launch template."""
-    now = settings.gpu_nodes.capacity_reservation or ON_DEMAND
+    now = capacity_record(settings)
     before = recorded or ON_DEMAND
     if before == now:
         return ()
+    key = (
+        ", ".join(dict.fromkeys(key_of(nodes.section) for nodes in all_side_nodes(settings)))
+        if split(settings)
+        else KEY
+    )
     return (
-        f"{KEY}: the GPU nodes run on {before}, this up moves them to {now}: they are replaced (a new node "
+        f"{key}: the GPU nodes run on {before}, this up moves them to {now}: they are replaced (a new node "
         "group, or EKS rolling the nodes onto the new launch template), so serving stops until new nodes "
         "serve; park first (autoscaling.parked) to do it at a quiet time",
     )

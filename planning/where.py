@@ -23,7 +23,7 @@ from planning.context import existing_cluster as existing_context
 from planning.existing_cluster import ClusterDescription, ExistingPlan, plan_existing
 from planning.keys import key_choices, plan_key_changes
 from planning.plan import Plan
-from planning.reservation import ON_DEMAND, capacity_change_warnings
+from planning.reservation import capacity_change_warnings, capacity_record
 from planning.zones import StackRecord, plan_zones
 
 
@@ -73,7 +73,7 @@ def own_cluster(
         zones.gpu_zone,
         creator,
         *key_choices(settings),
-        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        gpu_capacity=capacity_record(settings),
         model_bucket=model_bucket,
     )
     return Where(
@@ -127,7 +127,7 @@ def team_cluster(
         volume_key=volumes,
         gpu_subnet=existing.gpu_subnet.id,
         installed=tuple(sorted(addons.install)),
-        gpu_capacity=settings.gpu_nodes.capacity_reservation or ON_DEMAND,
+        gpu_capacity=capacity_record(settings),
         model_bucket=model_bucket,
     )
     return Where(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from config import PROJECT, ConfigError, Settings
-from config.sides import gpu_instance_types, gpu_zone_setting
+from config.sides import all_side_nodes, gpu_instance_types, gpu_zone_setting, split
 
 TAG_STACK = f"{PROJECT}/stack"
 """On the VPC: `<project>/<stack>`, how a later run finds the stack's record."""
@@ -113,6 +113,16 @@ def _gpu_types(settings: Settings) -> str:
     return types if isinstance(types, str) else " and ".join(types)
 
 
+def _keys(settings: Settings, name: str, value: str | None = None) -> str:
+    """`gpuNodes.<name>`, or where the sides have their own groups, each own section's (only those set
+    to `value`, where one is given and set)."""
+    if not split(settings):
+        return f"{PROJECT}:gpuNodes.{name}"
+    sides = all_side_nodes(settings)
+    given = [s for s in sides if value and s.config.availability_zone == value]
+    return " and ".join(dict.fromkeys(f"{PROJECT}:{s.section}.{name}" for s in given or sides))
+
+
 def plan_zones(
     settings: Settings, offered_zones: Iterable[str], record: StackRecord | None = None
 ) -> ZonePlan:
@@ -149,7 +159,7 @@ def plan_zones(
         )
         if len(zones) < 2:
             problems.append(
-                f"{PROJECT}:gpuNodes.instanceType: {instance} in {settings.region} is offered in "
+                f"{_keys(settings, 'instanceType')}: {instance} in {settings.region} is offered in "
                 f"{len(zones)} zone(s) ({offered or 'none'}); EKS needs subnets in two. Pick another "
                 "region or type."
             )
@@ -169,15 +179,17 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
     instance = _gpu_types(settings)
     usable = [z for z in zones if z in offered]
     configured = gpu_zone_setting(settings)
-    key = f"{PROJECT}:gpuNodes.availabilityZone"
+    key = _keys(settings, "availabilityZone", configured)
     if configured:
         if configured not in offered:
             problem = f"{key}: {configured} does not offer {instance}; zones that do: {offered or 'none'}"
         elif configured not in zones:
             problem = f"{key}: {configured} is not among the cluster's zones {zones}"
-            if settings.gpu_nodes.capacity_reservation:
+            reserved = [s.section for s in all_side_nodes(settings) if s.config.capacity_reservation]
+            if settings.gpu_nodes.capacity_reservation or (split(settings) and reserved):
+                section = reserved[0] if split(settings) else "gpuNodes"
                 problem = (
-                    f"{PROJECT}:gpuNodes.capacityReservation: the reservation is in {configured}, which is "
+                    f"{PROJECT}:{section}.capacityReservation: the reservation is in {configured}, which is "
                     f"not among the cluster's zones {zones}: add it to {PROJECT}:network.availabilityZones "
                     "(a subnet there; nothing else moves)"
                 )
@@ -193,7 +205,7 @@ def _gpu_zone(settings: Settings, zones: list[str], offered: list[str], record: 
                 f"{key}: {recorded}, where this stack's GPU nodes run, no longer offers {instance} "
                 f"(zones that do: {offered or 'none'}). Moving them replaces the GPU node group: set "
                 f"{key} to one of {usable or 'none of the cluster zones'}, or pick another "
-                f"{PROJECT}:gpuNodes.instanceType"
+                f"{_keys(settings, 'instanceType')}"
             ]
         )
     if not usable:

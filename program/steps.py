@@ -4,7 +4,8 @@ the program read and planned (`Reading`) and the resources it stands on, and ret
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 
@@ -22,7 +23,7 @@ from components.observability import Observability
 from components.pod_identity import PodRoles
 from components.rayservice import RayService
 from config import Settings
-from config.sides import gpu_instance_types, side_nodes
+from config.sides import Side, gpu_instance_types, side_nodes
 from manifests.cluster_autoscaler import cluster_autoscaler_chart, node_group_tags, stack_tag
 from manifests.endpoint.gateway import EndpointManifests, build_endpoint
 from manifests.load_balancer import load_balancer_controller
@@ -56,6 +57,15 @@ class Reading:
     partition: str
     traffic: Stack
     """Who talks to whom in this stack (manifests/traffic.py): each owned namespace's policies."""
+    side_capacity: Mapping[Side, CapacityPlan] = field(default_factory=dict)
+    """Where each side has GPU nodes of its own: the reservation each reserved side runs on
+    (planning/side_reservation.py); `capacity` is the shared group's."""
+
+    @property
+    def block(self) -> CapacityPlan | None:
+        """The Capacity Block the GPU nodes run on, if any (the sides run on one block at most)."""
+        found = [self.capacity] if self.capacity else list(self.side_capacity.values())
+        return next((c for c in found if c.block), None)
 
 
 def add_cluster(reading: Reading) -> tuple[Cluster | ExistingCluster, pulumi.Input[str], pulumi.Input[str]]:
@@ -130,6 +140,9 @@ def add_gpu_nodes(
             zone=reading.where.gpu_zone,
             subnet_id=gpu_subnet,
             autoscaled=autoscaled,
+            capacity=reading.side_capacity,
+            record=reading.where.record.tags(reading.stack_id),
+            autoscaler_tag=stack_tag(team_stack) if team_stack and autoscaled else None,
             tags={
                 side.side: node_group_tags(side.gpu.efa_interfaces) if autoscaled else {}
                 for side in plan.sides
@@ -301,7 +314,7 @@ def add_observability(
         manifests=build_observability(
             reading.settings,
             reading.plan.cluster_context,
-            reading.capacity,
+            reading.block,
             KvPathFigures.of(reading.plan),
         ),
         roles=roles,

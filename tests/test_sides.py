@@ -105,18 +105,6 @@ class TestRefusedNamingTheKey:
         else:
             pytest.fail("accepted")
 
-    def test_not_on_a_teams_cluster(self):
-        with pytest.raises(
-            ConfigError, match=r"decodeNodes: per-side GPU node groups are built on the stack's own"
-        ):
-            stack_settings("byo.example", **one_side("decode", "g6e.8xlarge"))
-
-    def test_a_reservation_on_a_side(self):
-        with pytest.raises(ConfigError, match=r"decodeNodes\.capacityReservation: a capacity reservation"):
-            stack_settings(
-                "dev", **one_side("decode", "g6e.8xlarge", capacityReservation="cr-0123456789abcdef0")
-            )
-
     def test_idle_gpus_of_a_side_name_its_section(self):
         found = refusals(**one_side("prefill", "g6e.12xlarge"))
         assert any(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from config import Settings
+from config.sides import all_side_nodes, gpu_zone_setting, split
 from planning.addons import Inventory, inventory_from_api
 from planning.catalog import Ec2InstanceType
 from planning.existing_cluster import ClusterDescription
@@ -412,13 +413,14 @@ class OfflineWorld:
         reservation_kind: str = "default",
     ) -> OfflineWorld:
         """The world a stack file plans against offline (`ops plan`, and every test that runs a stack
-        file): a team's cluster of the name it gives, in its region's zones; the reservation it names,
-        active, of its GPU type, maxSize of them, in its GPU zone (or the region's zone b), in a cluster
-        placement group, no end date: an On-Demand Capacity Reservation (`reservation_kind`
-        "default", EC2's name for it). Whether it is a Capacity Block only EC2 can say: with
-        `reservation_kind` "capacity-block" it is one, active since yesterday for a week, in no
-        placement group (`ops plan --reservation capacity-block`). `team_type`: the class the team's
-        cluster is made of (the tests' answers EKS's invokes too)."""
+        file): a team's cluster of the name it gives, in its region's zones; the reservation it names
+        (each side's, where the sides have GPU nodes of their own), active, of its GPU type, maxSize of
+        them, in its GPU zone (or the region's zone b), in a cluster placement group ("reserved"), no
+        end date: an On-Demand Capacity Reservation (`reservation_kind` "default", EC2's name for it).
+        Whether it is a Capacity Block only EC2 can say: with `reservation_kind` "capacity-block" it is
+        one, active since yesterday for a week, in no placement group (`ops plan --reservation
+        capacity-block`). `team_type`: the class the team's cluster is made of (the tests' answers
+        EKS's invokes too)."""
         region = settings.region
         existing = settings.cluster.existing_cluster_name
         world = cls(
@@ -426,23 +428,30 @@ class OfflineWorld:
             team=team_type.named(existing, region) if existing else team_type(),
             other_stacks=other_stacks,
         )
-        reference = settings.gpu_nodes.capacity_reservation
-        if not reference:
+        sections = [s.config for s in all_side_nodes(settings)] if split(settings) else [settings.gpu_nodes]
+        named = {c.capacity_reservation: c for c in sections if c.capacity_reservation}
+        if not named:
             return world
-        gpu = settings.gpu_nodes
-        found = "cr-00000000000000000" if reference.startswith("arn:") else reference
+        zone = gpu_zone_setting(settings) or f"{region}b"
         block = reservation_kind == "capacity-block"
-        held = reservation(
-            found,
-            kind=reservation_kind,
-            instance_type=gpu.instance_type,
-            zone=gpu.availability_zone or f"{region}b",
-            total=gpu.max_size,
-            placement_group=None if block else "reserved",
-            **({"start": NOW - timedelta(days=1), "end": NOW + timedelta(days=6)} if block else {}),
-        )
-        groups = {reference: (found,)} if reference.startswith("arn:") else {}
-        return replace(world, reservations_held=(held,), resource_groups=groups)
+        held, groups = [], {}
+        for number, (reference, gpu) in enumerate(named.items()):
+            found = f"cr-{number:017d}" if reference.startswith("arn:") else reference
+            held.append(
+                reservation(
+                    found,
+                    kind=reservation_kind,
+                    instance_type=gpu.instance_type,
+                    zone=gpu.availability_zone or zone,
+                    # Both sides on one reservation: room for both.
+                    total=sum(c.max_size for c in sections if c.capacity_reservation == reference),
+                    placement_group=None if block else "reserved",
+                    **({"start": NOW - timedelta(days=1), "end": NOW + timedelta(days=6)} if block else {}),
+                )
+            )
+            if reference.startswith("arn:"):
+                groups[reference] = (found,)
+        return replace(world, reservations_held=tuple(held), resource_groups=groups)
 
     def caller(self) -> Caller:
         return Caller(account_id=ACCOUNT_ID, arn=self.caller_arn)

@@ -15,14 +15,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from config import PROJECT, ConfigError, Settings
-from config.sides import all_side_nodes, gpu_instance_types
+from config.sides import Side, all_side_nodes, gpu_instance_types
 from planning import Plan
 from planning.addons import Inventory
 from planning.catalog import Ec2InstanceType
 from planning.existing_cluster import ClusterDescription
 from planning.model_cache import default_bucket, kept_bucket, legacy_bucket
 from planning.reservation import KEY as RESERVATION_KEY
-from planning.reservation import Reservation
+from planning.reservation import Reservation, key_of
 from planning.where import Where, own_cluster, team_cluster
 from planning.zones import StackRecord
 
@@ -145,13 +145,21 @@ def reserved(settings: Settings, world: World) -> list[Reservation] | None:
     return reservations(world, reference) if reference else None
 
 
-def reservations(world: World, reference: str) -> list[Reservation]:
+def reserved_by_side(settings: Settings, world: World) -> dict[Side, list[Reservation]]:
+    """Where each side has GPU nodes of its own: the reservations each side's section's
+    `capacityReservation` names, by side (a side on On-Demand is absent)."""
+    return {
+        nodes.side: reservations(world, reference, key_of(nodes.section))
+        for nodes in all_side_nodes(settings)
+        if (reference := nodes.config.capacity_reservation)
+    }
+
+
+def reservations(world: World, reference: str, key: str = RESERVATION_KEY) -> list[Reservation]:
     try:
         return world.reservations(reference)
     except UnreadableError as error:
-        raise ConfigError(
-            [f"{RESERVATION_KEY}: EC2 in {world.region} does not describe {reference}: {error}"]
-        ) from None
+        raise ConfigError([f"{key}: EC2 in {world.region} does not describe {reference}: {error}"]) from None
 
 
 def record_of(found: Sequence[str], what: str, stack_id: str, tags_of: Any) -> StackRecord | None:

@@ -39,7 +39,7 @@ def capacity_block_alert(capacity: CapacityPlan) -> dict[str, Any] | None:
             "description": "EKS scales the GPU nodes to 0 forty minutes before the block ends and EC2 stops "
             "them 30 minutes before: serving stops. Extend the block (`aws ec2 "
             "purchase-capacity-block-extension`) and `pulumi up`, or move to other capacity "
-            "(gpuNodes.capacityReservation).",
+            f"({capacity.section}.capacityReservation).",
         },
     }
 
