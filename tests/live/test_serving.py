@@ -22,6 +22,7 @@ import json
 import random
 import re
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -441,8 +442,11 @@ def slo(aggregated: Deployed, ray_head: LiveRay) -> Deployed:
 def test_slo_each_side_scales_up_on_its_breached_target_and_down_when_met_with_room(slo: Deployed):
     """Prefill on its p95 time to first token (target 1 s), decode on its p95 inter-token latency (0.15 s):
 
-    - 8 clients of 512-token prompts for one token each: the prompts share prefill's engine (p95 TTFT
-      about 3 s): prefill to 2; decode, which sees no inter-token latency (one token), stays at 1;
+    - 12 clients of 512-token prompts for one token each: the prompts share prefill's engine (p95 TTFT
+      about 3-4 s): prefill to 2; decode, which sees no inter-token latency (one token), stays at 1; the
+      load held 10 s more, so the breach the policy remembers is this load on 2 replicas (still above the
+      target), not the first few requests of the ramp (a run that ended its heavy phase at the up once
+      remembered 1 request a replica, and held 2 replicas under light load);
     - 2 clients of 256-token prompts: TTFT about 0.2-0.4 s, below 0.8 x 1 s, and one replica would hold
       fewer requests than each held at the breach: prefill back to 1 while it still serves;
     - 16 clients of 16-token prompts for 20-30 tokens each: decode steps slow down with the requests
@@ -455,9 +459,10 @@ def test_slo_each_side_scales_up_on_its_breached_target_and_down_when_met_with_r
         return f"{slo.replicas()}; the policy said: {lines[-8:]}"
 
     assert slo.replicas() == slo.minimum
-    with Load(slo, clients=8, prompt_tokens=512, tokens=(1, 1)) as load:
+    with Load(slo, clients=12, prompt_tokens=512, tokens=(1, 1)) as load:
         wait_for("prefill scaled up on its TTFT", lambda: slo.replicas()[prefill] == 2, UP_SECONDS,
                  describe=said)  # fmt: skip
+        time.sleep(10)
         assert slo.replicas()[decode] == 1
     assert not load.errors
     with Load(slo, clients=2, prompt_tokens=256, tokens=(1, 1)) as load:
