@@ -12,14 +12,9 @@ panel are checked with the others in tests/test_observability.py.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
@@ -27,6 +22,7 @@ import yaml
 from jobs.llm_autoscaling import LlmScalingPolicy, decide, mean_prompt_tokens_query
 from manifests.rayservice import build_serving
 from tests.fakes.existing import TeamCluster
+from tests.fakes.prometheus import FakePrometheus, serving
 from tests.fakes.pulumi import ROOT, STACKS, AwsState, StackRun, plan_of, run_stack, stack_settings
 from tests.serve_policy import as_the_controller_gets_it, context
 from tests.validators import crd_errors, pod_errors, serve_errors
@@ -103,39 +99,22 @@ class TestDecision:
         assert decide(4 * 2048.0, 8192.0, 2, 1, 4, 0.8) == 2  # one would carry 8192 > band: hold
 
 
-class FakePrometheus:
+class ValuePrometheus(FakePrometheus):
+    """Every query answered with `value` (None: no series)."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.value: str | None = "0"
-        self.queries: list[str] = []
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urlparse(self.path)
-                assert url.path == "/api/v1/query"
-                fake.queries.append(parse_qs(url.query)["query"][0])
-                result = [] if fake.value is None else [{"metric": {}, "value": [time.time(), fake.value]}]
-                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+    def answer(self, query: str) -> str | None:
+        return self.value
 
 
 @pytest.fixture
-def prometheus(monkeypatch) -> Iterator[FakePrometheus]:
-    fake = FakePrometheus()
-    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    monkeypatch.setenv("RAY_PROMETHEUS_HOST", fake.url)
-    monkeypatch.setenv("RAY_CLUSTER_NAME", "ray-llm-raycluster-abcde")
-    yield fake
-    fake.server.shutdown()
+def prometheus(monkeypatch) -> Iterator[ValuePrometheus]:
+    fake = ValuePrometheus()
+    with serving(fake, monkeypatch):
+        yield fake
 
 
 class TestThePolicyInRay:

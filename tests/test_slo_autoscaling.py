@@ -12,14 +12,9 @@ its load (tests/live/test_serving.py).
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
@@ -31,6 +26,7 @@ from manifests.rayservice import build_serving
 from planning import slo
 from planning.slo import ITL_BUCKETS, TTFT_BUCKETS, bucket_of
 from tests.exported_metrics import EXPORTED
+from tests.fakes.prometheus import FakePrometheus, serving
 from tests.fakes.pulumi import StackRun, plan_of, run_stack, stack_settings
 from tests.promql import grafana_free, metric_names
 from tests.serve_policy import as_the_controller_gets_it, context
@@ -151,41 +147,22 @@ class TestQueries:
         assert bucket_of(100.0, ITL_BUCKETS) == (80.0, math.inf)
 
 
-class LatencyPrometheus:
+class LatencyPrometheus(FakePrometheus):
     """Answers the policy's queries by histogram: TTFT and ITL readings of its own."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.values: dict[str, str | None] = {"ttft": None, "itl": None}
-        self.queries: list[str] = []
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query)["query"][0]
-                fake.queries.append(query)
-                value = fake.values["ttft" if "time_to_first_token" in query else "itl"]
-                result = [] if value is None else [{"metric": {}, "value": [time.time(), value]}]
-                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+    def answer(self, query: str) -> str | None:
+        return self.values["ttft" if "time_to_first_token" in query else "itl"]
 
 
 @pytest.fixture
 def prometheus(monkeypatch) -> Iterator[LatencyPrometheus]:
     fake = LatencyPrometheus()
-    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    monkeypatch.setenv("RAY_PROMETHEUS_HOST", fake.url)
-    monkeypatch.setenv("RAY_CLUSTER_NAME", "ray-llm-raycluster-abcde")
-    yield fake
-    fake.server.shutdown()
+    with serving(fake, monkeypatch):
+        yield fake
 
 
 def no_delays(config: dict[str, Any]) -> dict[str, Any]:
