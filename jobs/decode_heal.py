@@ -126,7 +126,8 @@ def queries(namespace: str, jobs: str, window_seconds: int) -> dict[str, str]:
     """The PromQL the program asks: per decode replica, failed and completed reads over 5 minutes (with
     the replica's Serve labels from Serve's request counter, the same process's); the Ray clusters whose
     prefill or decode replicas started within the window. A counter through Ray appears at its first
-    increment, so a series that exists now and did not `window` ago counts as its whole value."""
+    increment, so a series that exists now and did not 5 minutes (or the window) ago counts as its
+    whole value."""
     scope = f"namespace={_string(namespace)}, job=~{_string(jobs)}"
     by = "ray_io_cluster, WorkerId"
     serve = (
@@ -141,8 +142,13 @@ def queries(namespace: str, jobs: str, window_seconds: int) -> dict[str, str]:
         )
 
     def per_replica(series: str) -> str:
+        # Per series, before the sum: a series born within the window (a replica's first failure, as
+        # Ray exports a counter from its first increment) counts whole, where `increase()` would drop
+        # what its first sample holds (all of it, if one export carried every failure).
+        counted = f"{series}{{{scope}}}"
         return (
-            f"(sum by ({by}) (increase({series}{{{scope}}}[{FAILING_WINDOW}]))) "
+            f"(sum by ({by}) (({counted} unless {counted} offset {FAILING_WINDOW}) "
+            f"or increase({counted}[{FAILING_WINDOW}]))) "
             f"* on ({by}) group_left (application, deployment, replica) {serve}"
         )
 

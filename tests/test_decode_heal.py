@@ -107,6 +107,7 @@ class TestTheQueries:
 
     def test_promtool_finds_the_signature_as_ray_exports_it(self, tmp_path: Path):
         """A decode replica whose reads all fail (its failure counter from 3 to 33, no completion), one
+        whose failures all came in one export (a counter born within the 5 minutes counts whole), one
         that reads fine, a prefill replica that started 6 minutes in (a new series, as Ray exports a
         counter from its first increment), and a forged decode series from another namespace: the
         queries find the failing replica with its Serve labels, the prefill start, no decode start."""
@@ -131,6 +132,12 @@ class TestTheQueries:
         series = [
             serve("w-stale", DECODE, "d1abc"),
             serve("w-fine", DECODE, "d2def"),
+            serve("w-fresh", DECODE, "d3new"),
+            # Its failure counter born at minute 12, one export carrying all 6: none lost to increase().
+            {
+                "series": f'ray_vllm_nixl_num_failed_transfers_total{{{workers}, WorkerId="w-fresh"}}',
+                "values": " ".join(["_"] * 12 + ["6"] * 49),
+            },
             serve("w-forged", DECODE, "evil", ns="team-b"),
             {
                 "series": f'ray_vllm_nixl_num_failed_transfers_total{{{workers}, WorkerId="w-stale"}}',
@@ -155,11 +162,12 @@ class TestTheQueries:
             f'deployment="{DECODE}", replica="d1abc"}}'
         )
         fine = stale.replace("w-stale", "w-fine").replace("d1abc", "d2def")
+        fresh = stale.replace("w-stale", "w-fresh").replace("d1abc", "d3new")
         tests = [
             {
                 "expr": self.QUERIES["failed"],
                 "eval_time": "15m",
-                "exp_samples": [{"labels": stale, "value": 15}],
+                "exp_samples": [{"labels": stale, "value": 15}, {"labels": fresh, "value": 6}],
             },
             {
                 "expr": self.QUERIES["done"],

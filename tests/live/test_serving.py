@@ -335,12 +335,12 @@ def test_decode_heals_itself_once_after_a_prefill_restart(
     ray_head: LiveRay, prometheus: LivePrometheus, aggregated: Deployed
 ):
     """jobs/decode_heal.py's run against the live Prometheus and Ray's live Jobs API, on the disaggregated
-    stand-in deployed afresh (after the aggregated tests), with a 20-second window: prefill restarts
+    stand-in deployed afresh (after the aggregated tests), with a 30-second window: prefill restarts
     (its replica killed as Serve's would die), then every read into decode fails. One run restarts that
     decode replica (Serve replaces it) with a log line and one Event; the next, within the window, does
     nothing and says why."""
     app = deploy(ray_head, "dev")
-    window = 20
+    window = 30
     decode = next(d for d in app.deployments if d.startswith("Decode:"))
     prefill = next(d for d in app.deployments if d.startswith("Prefill:"))
     (old_prefill,) = serve_replicas(ray_head, app.name, prefill)
