@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as pulumi_resource
+from pulumi.runtime import rpc as pulumi_rpc
 from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime.proto import source_pb2
+from pulumi.runtime import sync_await as pulumi_sync_await
+from pulumi.runtime.proto import resource_pb2, source_pb2
 
 from planning.cost import PRICE_CACHE_ENV
 from world.reads import World
@@ -146,6 +148,33 @@ def _has_refs(value: Any) -> bool:
     return False
 
 
+class _NotPlainError(Exception):
+    """A value the SDK's serializer must see (an Output, a resource, an asset)."""
+
+
+def _as_struct_value(value: Any) -> Any:
+    """`value` as pulumi's `serialize_property` gives plain data (a tuple as a list, a None inside
+    kept), or _NotPlainError."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _as_struct_value(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_as_struct_value(v) for v in value]
+    if kind is str or kind is bool or kind is int or kind is float or value is None:
+        return value
+    raise _NotPlainError(kind)
+
+
+def plain_state(state: dict[str, Any]) -> struct_pb2.Struct:
+    """The Struct pulumi's `serialize_properties` makes of a resource's state that is plain data (a
+    property that is None dropped), without its trip through the event loop; _NotPlainError if not."""
+    struct = struct_pb2.Struct()
+    for key, value in state.items():
+        if value is not None:
+            struct[key] = _as_struct_value(value)
+    return struct
+
+
 def _refs_to_urns(value: Any) -> Any:
     if isinstance(value, dict):
         if value.get(SIG_KEY) == RESOURCE_SIG:
@@ -189,7 +218,31 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if _has_refs(raw):  # rewritten only where there is a reference (a rewrite is a sixth of a run)
             request.object.Clear()
             request.object.update(_refs_to_urns(raw))
-        return super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return super().RegisterResource(request)
+        # pulumi's MockMonitor.RegisterResource, but the state the mocks return goes into the response
+        # as it is where it is plain data (nearly always): the SDK's serializer would await every value
+        # of it through the event loop, a tenth of a run, to the same Struct.
+        pulumi_sync_await._ensure_event_loop()
+        inputs = pulumi_rpc.deserialize_properties(request.object)
+        id_, state = self.mocks.new_resource(
+            pulumi_mocks.MockResourceArgs(
+                typ=request.type,
+                name=request.name,
+                inputs=inputs,
+                provider=request.provider,
+                resource_id=request.importId,
+                custom=request.custom or False,
+                transforms=pulumi_mocks._resolve_callbacks(request.transforms),
+            )
+        )
+        id_ = id_ or ""  # the response's id where the mocks give none: proto3's unset string
+        try:
+            response = plain_state(state)
+        except _NotPlainError:
+            response = pulumi_sync_await._sync_await(pulumi_rpc.serialize_properties(state, {}))
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=response)
 
 
 def mock_id(type_: str, name: str) -> str:
