@@ -12,6 +12,10 @@ from manifests.rayservice import build_rayservice
 from planning.upgrades import cluster_change_notice, mode_change_notice
 from tests.fakes.pulumi import plan_of, stack_settings
 
+SWITCH_AND_CLUSTER = {"serving": {"mode": "aggregated", "head": {"cpuRequest": "1.5"}}}
+"""An update of the dev stack whose preview says both notices (a serving.mode switch and a Ray cluster
+change, the head's request): the one update run tests/test_upgrades.py and tests/test_serving_mode.py
+make (the same arguments: one run per session)."""
 OUTPUTS = ("rayClusterFingerprint", "rayImage", "servingMode")
 """The outputs the next preview reads of the last deployment (a StackReference to the stack itself)."""
 

@@ -9,7 +9,7 @@ import pulumi
 import pytest
 
 from tests.fakes.pulumi import AwsState, StackRun, deployed, plan_of, run_stack
-from tests.preview_notices import OUTPUTS, deployment, preview_notices
+from tests.preview_notices import OUTPUTS, SWITCH_AND_CLUSTER, deployment, preview_notices
 
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -18,9 +18,6 @@ NODE_GROUP = "eks:index:ManagedNodeGroup"
 SPARE = {"gpuNodes": {"desiredSize": 4, "maxSize": 4}, "systemNodes": {"desiredSize": 2}}
 CLUSTER_CHANGE = {"head": {"cpuRequest": "1.5"}}
 """A `serving` change inside rayClusterConfig: a new Ray cluster."""
-SWITCH_AND_CLUSTER = {"serving": {"mode": "aggregated", **CLUSTER_CHANGE}}
-"""An update whose preview says both notices (a Ray cluster change and a serving.mode switch):
-tests/test_serving_mode.py asks the same run (same arguments: one run per session)."""
 BUMPS = {"kuberay": {"chartVersion": "1.8.0"}, "cluster": {"kubernetesVersion": "1.34"}}
 """A KubeRay chart bump and a Kubernetes bump in one run: the CRDs and the operator's release follow
 the chart's version, the coredns add-on the cluster's; neither reads the other."""
