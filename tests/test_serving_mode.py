@@ -13,7 +13,17 @@ import yaml
 
 from config import load_settings
 from manifests.pd_dashboard import pd_dashboard
-from tests.fakes.pulumi import StackRun, deployed, minimal_config, run_stack, stack_file_config
+from manifests.rayservice import build_rayservice
+from tests.fakes.pulumi import (
+    StackRun,
+    deployed,
+    minimal_config,
+    plan_of,
+    run_stack,
+    stack_file_config,
+    stack_settings,
+)
+from tests.preview_notices import SWITCH_AND_CLUSTER, deployment, preview_notices
 from tests.validators import aggregated_rule_errors, crd_errors, pd_rule_errors, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -22,30 +32,61 @@ AGGREGATED = {"serving": {"mode": "aggregated"}}
 
 
 def rayservice(run: StackRun) -> dict[str, Any]:
-    return run.one(RAYSERVICE).inputs
+    """The RayService a run registered."""
+    reg = run.one(RAYSERVICE)
+    return {k: reg.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
 
 
-def serve_config(run: StackRun) -> dict[str, Any]:
-    return yaml.safe_load(rayservice(run)["spec"]["serveConfigV2"])
+def built(**sections: dict[str, Any]) -> dict[str, Any]:
+    """The dev stack file's RayService with some sections overridden, as build_rayservice makes it for
+    the mocked account: what the program registers (test_the_program_registers_what_built_says)."""
+    made = build_rayservice(stack_settings("dev", **sections), plan_of("dev", None, **sections)).to_dict()
+    return {k: made[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def serve_config(obj: dict[str, Any]) -> dict[str, Any]:
+    return yaml.safe_load(obj["spec"]["serveConfigV2"])
 
 
 @pytest.fixture(scope="module")
-def aggregated() -> StackRun:
-    """The dev stack file, aggregated: the same hardware, the other mode."""
-    return run_stack(overrides=AGGREGATED)
+def aggregated() -> dict[str, Any]:
+    """The dev stack file's RayService, aggregated: the same hardware, the other mode."""
+    return built(**AGGREGATED)
+
+
+@pytest.fixture(scope="module")
+def disaggregated(dev_stack: StackRun) -> dict[str, Any]:
+    """The dev stack file's RayService as the program registers it (the default mode)."""
+    return rayservice(dev_stack)
+
+
+@pytest.fixture(scope="module")
+def switched(dev_stack: StackRun) -> StackRun:
+    """The dev stack switched to aggregated with a Ray cluster change, against the dev stack's outputs:
+    the update run tests/test_upgrades.py makes too (one run per session)."""
+    return run_stack(overrides=SWITCH_AND_CLUSTER, aws=deployed(dev_stack))
+
+
+def test_the_program_registers_what_built_says(dev_stack, switched):
+    """Both modes: the program registers the RayService build_rayservice makes, so the tests below ask
+    build_rayservice (and planning, for preview's notices: tests/test_upgrades.py) without a run."""
+    assert rayservice(dev_stack) == built()
+    assert rayservice(switched) == built(**SWITCH_AND_CLUSTER)
+    assert serve_config(rayservice(switched)) == serve_config(built(**AGGREGATED))
+    assert switched.exports["servingMode"] == "aggregated"
 
 
 class TestAggregated:
     def test_the_example_stack_file_renders_and_passes_rays_schemas(self):
-        run = run_stack(stack=STACK)
-        config = serve_config(run)
+        run = run_stack(stack=STACK)  # the run every stack file's tests make (tests/test_stack.py)
+        config = serve_config(rayservice(run))
         assert crd_errors(rayservice(run)) == []
         assert serve_errors(config) == []  # ServeDeploySchema and LLMConfig
         assert aggregated_rule_errors(config) == []  # LLMServingArgs, one model, no KV connector
         assert config["applications"][0]["import_path"] == "ray.serve.llm:build_openai_app"
 
-    def test_same_model_and_engine_settings_one_deployment_no_kv_connector(self, dev_stack, aggregated):
-        (pd_app,) = serve_config(dev_stack)["applications"]
+    def test_same_model_and_engine_settings_one_deployment_no_kv_connector(self, disaggregated, aggregated):
+        (pd_app,) = serve_config(disaggregated)["applications"]
         (app,) = serve_config(aggregated)["applications"]
         assert (app["name"], app["route_prefix"]) == (pd_app["name"], pd_app["route_prefix"])
         assert app["import_path"] == "ray.serve.llm:build_openai_app"
@@ -60,38 +101,36 @@ class TestAggregated:
         assert aggregated_rule_errors(serve_config(aggregated)) == []
         assert serve_errors(serve_config(aggregated)) == []
 
-    def test_the_same_gpu_workers_so_the_ray_cluster_does_not_change(self, dev_stack, aggregated):
-        assert (
-            rayservice(aggregated)["spec"]["rayClusterConfig"]
-            == rayservice(dev_stack)["spec"]["rayClusterConfig"]
-        )
-        assert aggregated.exports["rayClusterFingerprint"] == dev_stack.exports["rayClusterFingerprint"]
-        assert (aggregated.exports["servingMode"], dev_stack.exports["servingMode"]) == (
+    def test_the_same_gpu_workers_so_the_ray_cluster_does_not_change(
+        self, dev_stack, disaggregated, aggregated
+    ):
+        assert aggregated["spec"]["rayClusterConfig"] == disaggregated["spec"]["rayClusterConfig"]
+        outputs = deployment(**AGGREGATED)  # what it exports (test_upgrades.py holds the program to it)
+        assert outputs["rayClusterFingerprint"] == dev_stack.exports["rayClusterFingerprint"]
+        assert (outputs["servingMode"], dev_stack.exports["servingMode"]) == (
             "aggregated",
             "disaggregated",
         )
 
     def test_autoscaling_spans_both_sides_workers_at_decodes_targets(self):
-        run = run_stack(
-            overrides={
-                **AGGREGATED,
-                "gpuNodes": {"maxSize": 4},
-                "autoscaling": {"prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 2}},
-            }
+        obj = built(
+            **AGGREGATED,
+            gpuNodes={"maxSize": 4},
+            autoscaling={"prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 2}},
         )
-        (llm,) = serve_config(run)["applications"][0]["args"]["llm_configs"]
-        deployment = llm["deployment_config"]
-        assert "num_replicas" not in deployment
-        scaling = deployment["autoscaling_config"]
+        (llm,) = serve_config(obj)["applications"][0]["args"]["llm_configs"]
+        deployment_config = llm["deployment_config"]
+        assert "num_replicas" not in deployment_config
+        scaling = deployment_config["autoscaling_config"]
         assert (scaling["min_replicas"], scaling["max_replicas"]) == (2, 4)
-        assert (scaling["target_ongoing_requests"], deployment["max_ongoing_requests"]) == (32, 64)
-        assert serve_errors(serve_config(run)) == []
+        assert (scaling["target_ongoing_requests"], deployment_config["max_ongoing_requests"]) == (32, 64)
+        assert serve_errors(serve_config(obj)) == []
 
-    def test_the_default_is_the_disaggregated_config_unchanged(self, dev_stack):
-        explicit = run_stack(overrides={"serving": {"mode": "disaggregated"}})
-        assert rayservice(explicit)["spec"]["serveConfigV2"] == rayservice(dev_stack)["spec"]["serveConfigV2"]
-        assert pd_rule_errors(serve_config(dev_stack)) == []
-        assert aggregated_rule_errors(serve_config(dev_stack))  # the other builder's rules refuse it
+    def test_the_default_is_the_disaggregated_config_unchanged(self, disaggregated):
+        explicit = built(serving={"mode": "disaggregated"})
+        assert explicit["spec"]["serveConfigV2"] == disaggregated["spec"]["serveConfigV2"]
+        assert pd_rule_errors(serve_config(disaggregated)) == []
+        assert aggregated_rule_errors(serve_config(disaggregated))  # the other builder's rules refuse it
 
 
 class TestTheRulesCanFail:
@@ -216,10 +255,9 @@ class TestFitAndDashboards:
         (app,) = serve_config(aggregated)["applications"]
         (llm,) = app["args"]["llm_configs"]
         assert "request_router_config" not in llm["deployment_config"]
-        assert any("the aggregated deployment keeps Serve's power-of-two" in w for w in aggregated.warnings)
-        opted_in = run_stack(
-            overrides={**AGGREGATED, "model": {"extraEngineKwargs": {"enable_prefix_caching": True}}}
-        )
+        warnings = plan_of("dev", None, **AGGREGATED).warnings  # what the program logs (test_upgrades.py)
+        assert any("the aggregated deployment keeps Serve's power-of-two" in w for w in warnings)
+        opted_in = built(**AGGREGATED, model={"extraEngineKwargs": {"enable_prefix_caching": True}})
         (llm,) = serve_config(opted_in)["applications"][0]["args"]["llm_configs"]
         router = llm["deployment_config"]["request_router_config"]
         assert router["request_router_class"] == "prefix_routing:ResilientPrefixRouter"
@@ -227,28 +265,27 @@ class TestFitAndDashboards:
 
 
 class TestSwitchingModes:
-    def test_a_switch_alone_is_in_place_and_preview_says_what_happens(self, dev_stack, aggregated):
-        run = run_stack(overrides=AGGREGATED, aws=deployed(dev_stack))
-        (notice,) = [w for w in run.warnings if "serving.mode" in w]
+    """What preview says, as planning says it against the last deployment's outputs (the program warns
+    the same: tests/test_upgrades.py's update run)."""
+
+    def test_a_switch_alone_is_in_place_and_preview_says_what_happens(self, dev_stack):
+        notices = preview_notices(deployed(dev_stack).outputs, **AGGREGATED)
+        (notice,) = [w for w in notices if "serving.mode" in w]
         assert "from disaggregated to aggregated on the same Ray cluster, in place" in notice
         assert "starts 2 aggregated replicas" in notice and "up to 300 s" in notice
-        assert not [w for w in run.warnings if "changes the Ray cluster" in w]
-        back = run_stack(aws=deployed(aggregated))
-        (notice,) = [w for w in back.warnings if "serving.mode" in w]
+        assert not [w for w in notices if "changes the Ray cluster" in w]
+        back = preview_notices(deployment(**AGGREGATED))
+        (notice,) = [w for w in back if "serving.mode" in w]
         assert "from aggregated to disaggregated" in notice and "prefill and decode deployments" in notice
 
     def test_a_deployment_from_before_the_mode_existed_was_disaggregated(self, dev_stack):
-        before = deployed(dev_stack)
-        del before.outputs["servingMode"]
-        assert [w for w in run_stack(aws=before).warnings if "serving.mode" in w] == []
-        run = run_stack(overrides=AGGREGATED, aws=before)
-        assert [w for w in run.warnings if "from disaggregated to aggregated" in w]
+        before = deployed(dev_stack).outputs
+        del before["servingMode"]
+        assert [w for w in preview_notices(before) if "serving.mode" in w] == []
+        assert [w for w in preview_notices(before, **AGGREGATED) if "from disaggregated to aggregated" in w]
 
-    def test_a_switch_with_a_cluster_change_says_so(self, dev_stack):
-        run = run_stack(
-            overrides={"serving": {"mode": "aggregated", "head": {"cpuRequest": "1.5"}}},
-            aws=deployed(dev_stack),
-        )
+    def test_a_switch_with_a_cluster_change_says_so(self, switched):
+        run = switched  # the program's own warnings
         (notice,) = [w for w in run.warnings if "serving.mode" in w]
         assert "with the RayService recreated" in notice
         assert [w for w in run.warnings if "Pulumi deletes and recreates the RayService" in w]

@@ -8,13 +8,19 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack
+from tests.fakes.pulumi import AwsState, StackRun, deployed, plan_of, run_stack
+from tests.preview_notices import OUTPUTS, SWITCH_AND_CLUSTER, deployment, preview_notices
 
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 SPARE = {"gpuNodes": {"desiredSize": 4, "maxSize": 4}, "systemNodes": {"desiredSize": 2}}
+CLUSTER_CHANGE = {"head": {"cpuRequest": "1.5"}}
+"""A `serving` change inside rayClusterConfig: a new Ray cluster."""
+BUMPS = {"kuberay": {"chartVersion": "1.8.0"}, "cluster": {"kubernetesVersion": "1.34"}}
+"""A KubeRay chart bump and a Kubernetes bump in one run: the CRDs and the operator's release follow
+the chart's version, the coredns add-on the cluster's; neither reads the other."""
 
 
 @pytest.fixture(scope="module")
@@ -23,39 +29,58 @@ def previous(dev_stack: StackRun) -> AwsState:
     return deployed(dev_stack)
 
 
+@pytest.fixture(scope="module")
+def bumped() -> StackRun:
+    """BUMPS, with the transforms its resources declared (made in this process)."""
+    return run_stack(overrides=BUMPS, with_transforms=True)
+
+
+def test_the_program_exports_and_warns_what_planning_says(dev_stack, previous):
+    """One update run against the dev stack's outputs holds the program to tests/preview_notices.py: it
+    exports the outputs `deployment` says, reads the last deployment's, and warns `preview_notices`."""
+    run = run_stack(overrides=SWITCH_AND_CLUSTER, aws=previous)
+    assert {k: dev_stack.exports[k] for k in OUTPUTS} == deployment()
+    assert {k: run.exports[k] for k in OUTPUTS} == deployment(**SWITCH_AND_CLUSTER)
+    said = [w for w in run.warnings if w.startswith("this update")]
+    assert said == preview_notices(previous.outputs, **SWITCH_AND_CLUSTER)
+    assert len(said) == 2
+    assert set(plan_of("dev", None, **SWITCH_AND_CLUSTER).warnings) <= set(run.warnings)
+    assert [w for w in dev_stack.warnings if w.startswith("this update")] == preview_notices({}) == []
+
+
 class TestPreviewSaysWhenServingStops:
     def test_the_first_deployment_says_nothing(self, dev_stack):
         assert not [w for w in dev_stack.warnings if "Ray cluster" in w]
+        assert preview_notices({}, **SWITCH_AND_CLUSTER) == []
 
     def test_a_serve_config_change_is_not_a_cluster_change(self, previous):
-        run = run_stack(overrides={"model": {"maxModelLen": 2048}}, aws=previous)
-        assert not [w for w in run.warnings if "Ray cluster" in w]
+        notices = preview_notices(previous.outputs, model={"maxModelLen": 2048})
+        assert not [w for w in notices if "Ray cluster" in w]
 
     def test_a_cluster_change_says_serving_stops_and_for_how_long(self, previous):
-        run = run_stack(overrides={"serving": {"head": {"cpuRequest": "1.5"}}}, aws=previous)
-        (warning,) = [w for w in run.warnings if "Ray cluster" in w]
+        notices = preview_notices(previous.outputs, serving=CLUSTER_CHANGE)
+        (warning,) = [w for w in notices if "Ray cluster" in w]
         assert (
             "Pulumi deletes and recreates the RayService, so serving stops for about 3-5 minutes" in warning
         )
         assert "new image" not in warning
 
     def test_a_new_image_adds_the_pull(self, previous):
-        run = run_stack(overrides={"serving": {"imageDigest": "sha256:" + "ab" * 32}}, aws=previous)
-        (warning,) = [w for w in run.warnings if "Ray cluster" in w]
+        notices = preview_notices(previous.outputs, serving={"imageDigest": "sha256:" + "ab" * 32})
+        (warning,) = [w for w in notices if "Ray cluster" in w]
         assert "plus about 10-20 for the new image" in warning
 
     def test_with_room_for_a_second_cluster_there_is_no_downtime(self):
-        before = deployed(run_stack(overrides=SPARE))
-        run = run_stack(overrides={**SPARE, "serving": {"head": {"cpuRequest": "1.5"}}}, aws=before)
-        (warning,) = [w for w in run.warnings if "Ray cluster" in w]
+        notices = preview_notices(deployment(**SPARE), **SPARE, serving=CLUSTER_CHANGE)
+        (warning,) = [w for w in notices if "Ray cluster" in w]
         assert "no downtime" in warning
 
     def test_the_fingerprint_covers_the_ray_cluster_and_nothing_else(self, dev_stack):
-        serve_only = run_stack(overrides={"model": {"maxModelLen": 2048}})
-        cluster = run_stack(overrides={"serving": {"worker": {"shmSize": "8Gi"}}})
+        serve_only = deployment(model={"maxModelLen": 2048})
+        cluster = deployment(serving={"worker": {"shmSize": "8Gi"}})
         fingerprint = dev_stack.exports["rayClusterFingerprint"]
-        assert serve_only.exports["rayClusterFingerprint"] == fingerprint
-        assert cluster.exports["rayClusterFingerprint"] != fingerprint
+        assert serve_only["rayClusterFingerprint"] == fingerprint
+        assert cluster["rayClusterFingerprint"] != fingerprint
 
 
 class TestKubeRayCrds:
@@ -74,8 +99,7 @@ class TestKubeRayCrds:
         """Deleting a CRD deletes every object of it: no update or destroy of ours may."""
         assert dev_stack.one(CONFIG_GROUP, "kuberay-crds").retain_on_delete is True
 
-    def test_a_chart_bump_updates_the_same_crds(self, dev_stack):
-        bumped = run_stack(overrides={"kuberay": {"chartVersion": "1.8.0"}})
+    def test_a_chart_bump_updates_the_same_crds(self, dev_stack, bumped):
         before, after = dev_stack.one(CONFIG_GROUP, "kuberay-crds"), bumped.one(CONFIG_GROUP, "kuberay-crds")
         assert after.urn == before.urn  # the same resources, so Pulumi updates them in place
         assert all("/kuberay/v1.8.0/" in url for url in after.inputs["files"])
@@ -84,9 +108,10 @@ class TestKubeRayCrds:
 
 
 class TestNodeUpdates:
-    def test_the_gpu_node_group_rolls_without_a_surge_node(self, dev_stack):
-        """pulumi-eks takes no update config, so a transform sets it on the node group it creates."""
-        no_surge, _root_volume = run_stack(with_transforms=True).transforms["gpu-nodes"]
+    def test_the_gpu_node_group_rolls_without_a_surge_node(self, bumped):
+        """pulumi-eks takes no update config, so a transform sets it on the node group it creates (as
+        on any stack: the bumps change neither the group nor its transforms)."""
+        no_surge, _root_volume = bumped.transforms["gpu-nodes"]
         child = pulumi.ResourceTransformArgs(
             custom=True,
             type_="aws:eks/nodeGroup:NodeGroup",
@@ -118,8 +143,6 @@ class TestNodeUpdates:
         ]
         assert {"addonName": "coredns", "kubernetesVersion": "1.35", "mostRecent": True} in calls
 
-    def test_a_kubernetes_bump_moves_coredns_with_it(self):
-        run = run_stack(overrides={"cluster": {"kubernetesVersion": "1.34"}})
-        assert (
-            run.one("aws:eks/addon:Addon", "cluster-coredns").inputs["addonVersion"] == "v1.12.1-eksbuild.34"
-        )
+    def test_a_kubernetes_bump_moves_coredns_with_it(self, bumped):
+        coredns = bumped.one("aws:eks/addon:Addon", "cluster-coredns")
+        assert coredns.inputs["addonVersion"] == "v1.12.1-eksbuild.34"
