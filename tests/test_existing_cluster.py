@@ -115,31 +115,25 @@ def bare_run() -> StackRun:
     return byo(BARE_TEAM)
 
 
-NO_AGENT_CNI_WITHOUT_ROLE = {
-    k: v
-    for k, v in {
-        **TeamCluster().addons,
-        "vpc-cni": {"configurationValues": json.dumps({"enableNetworkPolicy": "true"})},
-    }.items()
-    if k != "eks-pod-identity-agent"
-}
-GATEWAY_TEAM = replace(TEAM_WITH_GATEWAY, addons=NO_AGENT_CNI_WITHOUT_ROLE)
-"""One world for three independent questions, one run: the team's Envoy Gateway (which Gateway class and
-namespace the stack serves through), no EKS Pod Identity Agent add-on (the stack adds its own), and a
-VPC CNI add-on without a role of its own (its policy goes on the stack's node role). Each is decided
-from a different part of the cluster's answers (its workloads, its add-on list, the CNI add-on's role)
-and registers different resources."""
-
-
-@pytest.fixture(scope="module")
-def gateway_run() -> StackRun:
-    return byo(GATEWAY_TEAM)
-
-
 ADMIN = "arn:aws:iam::123456789012:role/platform-admins"
 VIEWER = "arn:aws:iam::123456789012:role/ci-preview"
 DRIFT = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-byo"
 GIVEN_GPU_SUBNET = "subnet-0dd0000000000000d"
+SET_UP_TEAM = replace(
+    TEAM_WITH_GATEWAY,
+    addons={
+        k: v
+        for k, v in {
+            **TeamCluster().addons,
+            "vpc-cni": {"configurationValues": json.dumps({"enableNetworkPolicy": "true"})},
+        }.items()
+        if k != "eks-pod-identity-agent"
+    },
+    access_entries={ADMIN: {"owner": "platform"}},
+)
+"""A team's cluster set up its own way: it runs Envoy Gateway (TEAM_WITH_GATEWAY), has no EKS Pod
+Identity Agent add-on, a VPC CNI add-on without a role of its own, and an access entry of its own for
+ADMIN."""
 LISTED = {
     "cluster": {
         "existingClusterName": TEAM_CLUSTER,
@@ -149,16 +143,20 @@ LISTED = {
     },
     "gpuNodes": {"subnetId": GIVEN_GPU_SUBNET},
 }
-"""One stack file's keys for four independent questions, one run: an admin that has the team's access
-entry already (left as the team made it), a viewer (bound to what a preview reads), a refresh principal
-(warned it reads every Secret), and a GPU subnet given outside the cluster's own (used, with a warning).
-planning/access.py gives each list its own entry and policy; the GPU subnet is planning/existing_cluster.py's
-alone."""
+"""The stack file's keys on SET_UP_TEAM: ADMIN (who has the team's entry), a viewer, a refresh principal,
+and a GPU subnet outside the cluster's own."""
 
 
 @pytest.fixture(scope="module")
-def listed_run() -> StackRun:
-    return byo(TeamCluster(access_entries={ADMIN: {"owner": "platform"}}), **LISTED)
+def set_up_run() -> StackRun:
+    """One run for seven independent questions, each decided from its own part of the cluster's answers
+    or of the stack file and registering resources of its own: the team's Envoy Gateway (the Gateway's
+    class and namespace: its workloads and GatewayClasses), the missing Pod Identity Agent (the stack's
+    add-on: the add-on list), the CNI's role (a policy on the node role: the CNI add-on), the admin with
+    the team's entry, the viewer and the refresh principal (planning/access.py gives each listed
+    principal its own entry and policy, or none), and the given GPU subnet (planning/existing_cluster.py,
+    the node group's subnet)."""
+    return byo(SET_UP_TEAM, **LISTED)
 
 
 def test_the_example_stack_file_serves_on_the_mocked_team_cluster():
@@ -371,10 +369,10 @@ class TestAddons:
             "subnet-0ec0000000000000c",
         )
 
-    def test_with_the_teams_envoy_gateway_its_class_and_namespace(self, gateway_run):
-        run = gateway_run
+    def test_with_the_teams_envoy_gateway_its_class_and_namespace(self, set_up_run):
+        run = set_up_run
         # What planning reads of the team's Envoy Gateway is what the run serves through.
-        assert planned(GATEWAY_TEAM).context.addons.gateway == GatewayTarget("eg", "gateways")
+        assert planned(SET_UP_TEAM, **LISTED).context.addons.gateway == GatewayTarget("eg", "gateways")
         assert not run.of_type("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
         assert (
             run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway").inputs["spec"]["gatewayClassName"]
@@ -456,8 +454,8 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
             assert team_run.id_of(template) == group.inputs["launchTemplate"]["id"]
             assert group.inputs["nodeRoleArn"].endswith("cluster-node")
 
-    def test_an_add_on_the_stack_adds_survives_its_removal(self, gateway_run):
-        run = gateway_run  # a team's cluster without the Pod Identity Agent add-on
+    def test_an_add_on_the_stack_adds_survives_its_removal(self, set_up_run):
+        run = set_up_run  # a team's cluster without the Pod Identity Agent add-on
         addon = run.one("aws:eks/addon:Addon", "cluster-pod-identity").inputs
         assert (addon["addonName"], addon["preserve"]) == ("eks-pod-identity-agent", True)
         assert addon["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
@@ -478,8 +476,8 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
         ours = {(r.inputs["namespace"], r.inputs["name"]) for r in team_run.of_type(RELEASE)}
         assert ours and not ours & theirs
 
-    def test_a_listed_principal_with_the_teams_entry_keeps_it(self, listed_run):
-        run, admin = listed_run, ADMIN
+    def test_a_listed_principal_with_the_teams_entry_keeps_it(self, set_up_run):
+        run, admin = set_up_run, ADMIN
         entries = run.of_type("aws:eks/accessEntry:AccessEntry")
         # The admin has the team's entry: none of the stack's; the others listed get theirs.
         assert sorted(e.inputs["principalArn"] for e in entries) == sorted([VIEWER, DRIFT])
@@ -488,12 +486,12 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
         assert any(f"{admin} has an access entry on the cluster already" in m for m in run.infos)
 
     def test_a_refresh_principal_on_a_teams_cluster_is_told_it_reads_every_teams_secrets(
-        self, team_run, listed_run
+        self, team_run, set_up_run
     ):
         """Issue 47: `AmazonEKSAdminViewPolicy` at cluster scope reads every namespace's Secrets. A
         narrower grant cannot be verified offline (planning/access.py), so the preview says what it reads
         whenever one is listed on a team's cluster, and only then."""
-        drift, run = DRIFT, listed_run
+        drift, run = DRIFT, set_up_run
         (warning,) = [w for w in run.warnings if "cluster.refreshPrincipalArns" in w]
         assert (
             f"on team cluster {TEAM_CLUSTER}: {drift} get AmazonEKSAdminViewPolicy at cluster scope"
@@ -560,9 +558,9 @@ class TestRefusedAtPreview:
         said = refused(gpuNodes={"subnetId": subnet})
         assert "ray-llm-eks:gpuNodes.subnetId" in said and says in said
 
-    def test_a_given_gpu_subnet_is_used(self, listed_run):
+    def test_a_given_gpu_subnet_is_used(self, set_up_run):
         """Also the tie between `planned` and the program: what it warns of, the preview says."""
-        run = listed_run  # gpuNodes.subnetId: subnet-0dd0000000000000d
+        run = set_up_run  # gpuNodes.subnetId: subnet-0dd0000000000000d
         assert run.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == ["subnet-0dd0000000000000d"]
         assert any("outside cluster platform-prod's own" in w for w in run.warnings)
         where = planned(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
@@ -633,9 +631,9 @@ class TestRefusedAtPreview:
 
 
 class TestTheTeamsSettings:
-    def test_the_vpc_cni_without_a_role_of_its_own_gets_its_policy_on_the_stacks_node_role(self, gateway_run):
-        run = gateway_run  # its vpc-cni add-on: enableNetworkPolicy, no serviceAccountRoleArn
-        assert GATEWAY_TEAM.addons["vpc-cni"] == {
+    def test_the_vpc_cni_without_a_role_of_its_own_gets_its_policy_on_the_stacks_node_role(self, set_up_run):
+        run = set_up_run  # its vpc-cni add-on: enableNetworkPolicy, no serviceAccountRoleArn
+        assert SET_UP_TEAM.addons["vpc-cni"] == {
             "configurationValues": json.dumps({"enableNetworkPolicy": "true"})
         }
         policies = {
@@ -1023,8 +1021,8 @@ class TestViewersOfTheTeamsCluster:
     VIEWER = VIEWER
 
     @pytest.fixture(scope="class")
-    def run(self, listed_run) -> StackRun:
-        return listed_run  # a viewer listed (LISTED: with an admin and a refresh principal)
+    def run(self, set_up_run) -> StackRun:
+        return set_up_run  # a viewer listed (LISTED)
 
     def test_the_viewer_joins_the_stacks_group_bound_to_the_reads_a_preview_makes(self, run: StackRun):
         (entry,) = [
