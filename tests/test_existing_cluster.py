@@ -245,6 +245,24 @@ class TestWhatIsBuilt:
         assert "EKS control plane" not in cost and "NAT" not in cost and "GPU nodes" in cost
 
 
+CHART_OF = {
+    "nvidiaDevicePlugin": "nvidia-device-plugin",
+    "efaDevicePlugin": "aws-efa-k8s-device-plugin",
+    "kuberay": "kuberay-operator",
+    "loadBalancerController": "aws-load-balancer-controller",
+    "envoyGateway": "gateway-helm",
+    "prometheus": "kube-prometheus-stack",
+    "dcgmExporter": "dcgm-exporter",
+    "clusterAutoscaler": "cluster-autoscaler",
+}
+"""The Helm chart of each `addons` key the stack installs as a release."""
+
+
+def installed_charts(where: Where) -> set[str]:
+    """The charts of the add-ons planning decided the stack installs."""
+    return {CHART_OF[key] for key in where.context.addons.install}
+
+
 class TestAddons:
     def test_the_teams_add_ons_are_used_and_the_rest_installed(self, team_run):
         releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in team_run.of_type(RELEASE)}
@@ -255,6 +273,9 @@ class TestAddons:
             "gateway-helm",
             "dcgm-exporter",
         }
+        # The releases are the add-ons planning installs: the tests that ask `planned` which add-ons
+        # are installed ask what a run makes.
+        assert installed_charts(planned()) == releases
         names = {r.type for r in team_run.registrations}
         assert "ray-llm-eks:load_balancer_controller:LoadBalancerController" not in names
         assert "ray-llm-eks:cluster_autoscaler:ClusterAutoscaler" not in names
@@ -855,6 +876,7 @@ class TestCoTenancy:
                 tuple(where): placed(spec) for where, spec in pod_specs(values)
             }
         assert seen == ON_NODES
+        assert installed_charts(planned(BARE_TEAM)) == set(seen)  # every add-on, as planning decides
 
     def test_the_bench_job_selects_and_tolerates_the_system_nodes(self):
         from manifests.bench import BenchOptions, bench_job
