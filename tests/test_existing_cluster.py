@@ -20,6 +20,8 @@ import yaml
 
 from config import ConfigError, load_settings
 from manifests.observability.monitors import scraper
+from planning.addons import GatewayTarget
+from tests.chart_values import chart_name
 from tests.fakes import pulumi as fakes
 from tests.fakes.existing import CLUSTER_SG, TEAM_CLUSTER, TEAM_VPC, TEAM_WITH_GATEWAY, TeamCluster, _workload
 from tests.fakes.pulumi import (
@@ -31,7 +33,6 @@ from tests.fakes.pulumi import (
     run_stack,
     stack_file_config,
 )
-from tests.helm_releases import OWN_ADDONS, releases
 
 if TYPE_CHECKING:
     from planning.where import Where
@@ -75,17 +76,23 @@ def refused(team: TeamCluster | None = None, **overrides: dict[str, Any]) -> str
     return str(raised.value)
 
 
-def planned(team: TeamCluster | None = None, stack: str = STACK, **overrides: dict[str, Any]) -> Where:
-    """What the program's read step decides on `team` for the stack file with `overrides`
-    (world/reads.py `where_it_serves`, as __main__.read calls it), with no stack run: for the questions
-    planning answers. TestWhatIsBuilt ties what a run builds to it."""
+def planned(
+    team: TeamCluster | None = None,
+    stack: str = STACK,
+    aws: AwsState | None = None,
+    **overrides: dict[str, Any],
+) -> Where:
+    """What the program's read step decides on `team` (or in the account `aws`, its record included) for
+    the stack file with `overrides` (world/reads.py `where_it_serves`, as __main__.read calls it), with
+    no stack run: for the questions planning answers. TestWhatIsBuilt and TestAddons tie what a run
+    builds to it (the add-ons it installs, the NLB's subnets, the GPU subnet, the warnings)."""
     from manifests.addons import own_namespaces
     from planning import plan_stack
     from tests.fakes.pulumi import stack_settings
     from world.reads import where_it_serves
 
     settings = stack_settings(stack, **overrides)
-    world = AwsState(team=team or TeamCluster()).world(settings.region)
+    world = (aws or AwsState(team=team or TeamCluster())).world(settings.region)
     caller = world.caller()
     plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
     namespaces = own_namespaces(settings, plan.cluster_name)
@@ -95,6 +102,61 @@ def planned(team: TeamCluster | None = None, stack: str = STACK, **overrides: di
 @pytest.fixture(scope="module")
 def team_run() -> StackRun:
     return byo()
+
+
+BARE_TEAM = TeamCluster(deployments=(), prometheuses=(), crds=())
+"""A team's cluster that runs none of the add-ons (no Load Balancer Controller, Prometheus, Cluster
+Autoscaler or EBS CSI driver, none of their CRDs): the stack installs its own of each. The same world as
+tests/helm_releases.py's `+own-addons` run, so the suite makes that run once."""
+
+
+@pytest.fixture(scope="module")
+def bare_run() -> StackRun:
+    return byo(BARE_TEAM)
+
+
+ADMIN = "arn:aws:iam::123456789012:role/platform-admins"
+VIEWER = "arn:aws:iam::123456789012:role/ci-preview"
+DRIFT = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-byo"
+GIVEN_GPU_SUBNET = "subnet-0dd0000000000000d"
+SET_UP_TEAM = replace(
+    TEAM_WITH_GATEWAY,
+    addons={
+        k: v
+        for k, v in {
+            **TeamCluster().addons,
+            "vpc-cni": {"configurationValues": json.dumps({"enableNetworkPolicy": "true"})},
+        }.items()
+        if k != "eks-pod-identity-agent"
+    },
+    access_entries={ADMIN: {"owner": "platform"}},
+)
+"""A team's cluster set up its own way: it runs Envoy Gateway (TEAM_WITH_GATEWAY), has no EKS Pod
+Identity Agent add-on, a VPC CNI add-on without a role of its own, and an access entry of its own for
+ADMIN."""
+LISTED = {
+    "cluster": {
+        "existingClusterName": TEAM_CLUSTER,
+        "adminPrincipalArns": [ADMIN],
+        "viewerPrincipalArns": [VIEWER],
+        "refreshPrincipalArns": [DRIFT],
+    },
+    "gpuNodes": {"subnetId": GIVEN_GPU_SUBNET},
+}
+"""The stack file's keys on SET_UP_TEAM: ADMIN (who has the team's entry), a viewer, a refresh principal,
+and a GPU subnet outside the cluster's own."""
+
+
+@pytest.fixture(scope="module")
+def set_up_run() -> StackRun:
+    """One run for seven independent questions, each decided from its own part of the cluster's answers
+    or of the stack file and registering resources of its own: the team's Envoy Gateway (the Gateway's
+    class and namespace: its workloads and GatewayClasses), the missing Pod Identity Agent (the stack's
+    add-on: the add-on list), the CNI's role (a policy on the node role: the CNI add-on), the admin with
+    the team's entry, the viewer and the refresh principal (planning/access.py gives each listed
+    principal its own entry and policy, or none), and the given GPU subnet (planning/existing_cluster.py,
+    the node group's subnet)."""
+    return byo(SET_UP_TEAM, **LISTED)
 
 
 def test_the_example_stack_file_serves_on_the_mocked_team_cluster():
@@ -148,17 +210,8 @@ class TestWhatIsBuilt:
         depends = team_run.one(TEMPLATE, "gpu-nodes-template").property_dependencies["placement"]
         assert placement.urn in depends  # its name is AWS's (auto-named), so known only then
 
-    def test_a_p5_gets_one_efa_interface_per_network_card(self):
-        run = byo(
-            gpuNodes={"instanceType": "p5.48xlarge"},
-            model={"tensorParallelSize": 8},
-            addons={"prometheus": "auto"},
-        )
-        interfaces = run.one(TEMPLATE, "gpu-nodes-template").inputs["networkInterfaces"]
-        assert len(interfaces) == 32  # EC2's maximumNetworkCards for p5.48xlarge
-        assert [i["interfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * 31
-        assert {i["networkCardIndex"] for i in interfaces} == set(range(32))
-        assert {i["deviceIndex"] for i in interfaces[1:]} == {1}
+    # A p5's one EFA interface per network card, on a team's cluster: tests/test_side_reservation.py
+    # (TestOnATeamsCluster), on the run of p5 node groups on a Capacity Block it makes anyway.
 
     def test_every_node_boots_hardened_as_on_the_stacks_own_cluster(self, team_run):
         key = team_run.id_of(team_run.one("aws:kms/key:Key", "cluster-volumes"))
@@ -192,6 +245,24 @@ class TestWhatIsBuilt:
         assert "EKS control plane" not in cost and "NAT" not in cost and "GPU nodes" in cost
 
 
+CHART_OF = {
+    "nvidiaDevicePlugin": "nvidia-device-plugin",
+    "efaDevicePlugin": "aws-efa-k8s-device-plugin",
+    "kuberay": "kuberay-operator",
+    "loadBalancerController": "aws-load-balancer-controller",
+    "envoyGateway": "gateway-helm",
+    "prometheus": "kube-prometheus-stack",
+    "dcgmExporter": "dcgm-exporter",
+    "clusterAutoscaler": "cluster-autoscaler",
+}
+"""The Helm chart of each `addons` key the stack installs as a release."""
+
+
+def installed_charts(where: Where) -> set[str]:
+    """The charts of the add-ons planning decided the stack installs."""
+    return {CHART_OF[key] for key in where.context.addons.install}
+
+
 class TestAddons:
     def test_the_teams_add_ons_are_used_and_the_rest_installed(self, team_run):
         releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in team_run.of_type(RELEASE)}
@@ -202,6 +273,9 @@ class TestAddons:
             "gateway-helm",
             "dcgm-exporter",
         }
+        # The releases are the add-ons planning installs: the tests that ask `planned` which add-ons
+        # are installed ask what a run makes.
+        assert installed_charts(planned()) == releases
         names = {r.type for r in team_run.registrations}
         assert "ray-llm-eks:load_balancer_controller:LoadBalancerController" not in names
         assert "ray-llm-eks:cluster_autoscaler:ClusterAutoscaler" not in names
@@ -296,8 +370,13 @@ class TestAddons:
             "subnet-0aa0000000000000a,subnet-0bb0000000000000b,subnet-0cc0000000000000c,subnet-0dd0000000000000d"
         )
         assert service["spec"]["loadBalancerSourceRanges"] == ["10.20.0.0/16", "100.64.0.0/16"]
+        # The annotation names the subnets planning chose (the context's), as the run above shows.
+        assert (
+            ",".join(planned().context.load_balancer_subnets)
+            == (annotations["service.beta.kubernetes.io/aws-load-balancer-subnets"])
+        )
         certificate = "arn:aws:acm:us-east-1:123456789012:certificate/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
-        internet = byo(
+        internet = planned(
             endpoint={
                 "scheme": "internet-facing",
                 "sourceRanges": ["203.0.113.0/24"],
@@ -305,13 +384,16 @@ class TestAddons:
                 "hostname": "llm.example.com",
             }
         )
-        public = internet.one("kubernetes:core/v1:Service", "endpoint-load-balancer").inputs["metadata"]
-        assert public["annotations"]["service.beta.kubernetes.io/aws-load-balancer-subnets"] == (
-            "subnet-0ea0000000000000a,subnet-0eb0000000000000b,subnet-0ec0000000000000c"
+        assert internet.context.load_balancer_subnets == (
+            "subnet-0ea0000000000000a",
+            "subnet-0eb0000000000000b",
+            "subnet-0ec0000000000000c",
         )
 
-    def test_with_the_teams_envoy_gateway_its_class_and_namespace(self):
-        run = byo(TEAM_WITH_GATEWAY)
+    def test_with_the_teams_envoy_gateway_its_class_and_namespace(self, set_up_run):
+        run = set_up_run
+        # What planning reads of the team's Envoy Gateway is what the run serves through.
+        assert planned(SET_UP_TEAM, **LISTED).context.addons.gateway == GatewayTarget("eg", "gateways")
         assert not run.of_type("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
         assert (
             run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway").inputs["spec"]["gatewayClassName"]
@@ -338,7 +420,10 @@ class TestAddons:
         assert "addons.envoyGateway" in message and "GatewayNamespace" in message
         assert "endpoint.enabled: false" in message
         default_mode = {**config, "data": {"envoy-gateway.yaml": "provider:\n  type: Kubernetes\n"}}
-        assert byo(replace(TEAM_WITH_GATEWAY, gateway_configs=(default_mode,))).exports["loadBalancerService"]
+        # Not refused, and served through the team's gateway in its namespace (the test above holds a
+        # run to what planning decides here).
+        accepted = planned(replace(TEAM_WITH_GATEWAY, gateway_configs=(default_mode,)))
+        assert accepted.context.addons.gateway == GatewayTarget("eg", "gateways")
 
     def test_what_the_stack_installed_stays_the_stacks_on_the_next_up(self, team_run):
         record = team_run.one("aws:ec2/securityGroup:SecurityGroup", "gpu-efa").inputs["tags"]
@@ -356,8 +441,10 @@ class TestAddons:
         )
         team = replace(TeamCluster(), deployments=(*TeamCluster().deployments, ours))
         after = deployed(team_run, AwsState(team=team))
-        again = run_stack(stack=STACK, aws=after)
-        assert "kuberay-operator" in {r.inputs["chart"].rsplit("/", 1)[-1] for r in again.of_type(RELEASE)}
+        # Planning decides it from the record (the add-ons it installs are the releases a run makes:
+        # test_the_teams_add_ons_are_used_and_the_rest_installed).
+        again = planned(aws=after)
+        assert again.context.addons.installs("kuberay")
         assert any("the stack's own KubeRay operator (installed by an earlier up)" in m for m in again.infos)
 
     def test_the_gpu_subnet_stays_whatever_subnets_the_team_adds(self, team_run):
@@ -367,12 +454,12 @@ class TestAddons:
             "subnet-0000000000000000a", "us-east-1a", "10.20.128.0/19", public=False, in_cluster=True
         )
         team = replace(TeamCluster(), subnets=(earlier, *DEFAULT_SUBNETS))
-        assert byo(team).one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == [
-            earlier.id
-        ]  # a new stack: first
+        # The GPU node group joins the subnet planning chose (held to a run in TestWhatIsBuilt).
+        fresh = planned(team).existing
+        assert fresh is not None and fresh.gpu_subnet.id == earlier.id  # a new stack: first
         after = deployed(team_run, AwsState(team=team))
-        kept = run_stack(stack=STACK, aws=after)
-        assert kept.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == [PRIVATE_A]
+        kept = planned(aws=after).existing
+        assert kept is not None and kept.gpu_subnet.id == PRIVATE_A
 
 
 class TestNothingOfTheTeamsCanBeChangedOrDeleted:
@@ -388,11 +475,8 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
             assert team_run.id_of(template) == group.inputs["launchTemplate"]["id"]
             assert group.inputs["nodeRoleArn"].endswith("cluster-node")
 
-    def test_an_add_on_the_stack_adds_survives_its_removal(self):
-        team = TeamCluster(
-            addons={k: v for k, v in TeamCluster().addons.items() if k != "eks-pod-identity-agent"}
-        )
-        run = byo(team)
+    def test_an_add_on_the_stack_adds_survives_its_removal(self, set_up_run):
+        run = set_up_run  # a team's cluster without the Pod Identity Agent add-on
         addon = run.one("aws:eks/addon:Addon", "cluster-pod-identity").inputs
         assert (addon["addonName"], addon["preserve"]) == ("eks-pod-identity-agent", True)
         assert addon["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
@@ -413,29 +497,22 @@ class TestNothingOfTheTeamsCanBeChangedOrDeleted:
         ours = {(r.inputs["namespace"], r.inputs["name"]) for r in team_run.of_type(RELEASE)}
         assert ours and not ours & theirs
 
-    def test_a_listed_principal_with_the_teams_entry_keeps_it(self):
-        admin = "arn:aws:iam::123456789012:role/platform-admins"
-        viewer = "arn:aws:iam::123456789012:role/ci-preview"
-        team = TeamCluster(access_entries={admin: {"owner": "platform"}})
-        run = byo(
-            team,
-            cluster={
-                "existingClusterName": TEAM_CLUSTER,
-                "adminPrincipalArns": [admin],
-                "viewerPrincipalArns": [viewer],
-            },
-        )
+    def test_a_listed_principal_with_the_teams_entry_keeps_it(self, set_up_run):
+        run, admin = set_up_run, ADMIN
         entries = run.of_type("aws:eks/accessEntry:AccessEntry")
-        assert [e.inputs["principalArn"] for e in entries] == [viewer]
-        assert entries[0].inputs["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
+        # The admin has the team's entry: none of the stack's; the others listed get theirs.
+        assert sorted(e.inputs["principalArn"] for e in entries) == sorted([VIEWER, DRIFT])
+        for entry in entries:
+            assert entry.inputs["tags"] == {"ray-llm-eks/stack": "ray-llm-eks/byo.example"}
         assert any(f"{admin} has an access entry on the cluster already" in m for m in run.infos)
 
-    def test_a_refresh_principal_on_a_teams_cluster_is_told_it_reads_every_teams_secrets(self, team_run):
+    def test_a_refresh_principal_on_a_teams_cluster_is_told_it_reads_every_teams_secrets(
+        self, team_run, set_up_run
+    ):
         """Issue 47: `AmazonEKSAdminViewPolicy` at cluster scope reads every namespace's Secrets. A
         narrower grant cannot be verified offline (planning/access.py), so the preview says what it reads
         whenever one is listed on a team's cluster, and only then."""
-        drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-byo"
-        run = byo(cluster={"existingClusterName": TEAM_CLUSTER, "refreshPrincipalArns": [drift]})
+        drift, run = DRIFT, set_up_run
         (warning,) = [w for w in run.warnings if "cluster.refreshPrincipalArns" in w]
         assert (
             f"on team cluster {TEAM_CLUSTER}: {drift} get AmazonEKSAdminViewPolicy at cluster scope"
@@ -502,9 +579,9 @@ class TestRefusedAtPreview:
         said = refused(gpuNodes={"subnetId": subnet})
         assert "ray-llm-eks:gpuNodes.subnetId" in said and says in said
 
-    def test_a_given_gpu_subnet_is_used(self):
+    def test_a_given_gpu_subnet_is_used(self, set_up_run):
         """Also the tie between `planned` and the program: what it warns of, the preview says."""
-        run = byo(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
+        run = set_up_run  # gpuNodes.subnetId: subnet-0dd0000000000000d
         assert run.one(NODE_GROUP, "gpu-nodes").inputs["subnetIds"] == ["subnet-0dd0000000000000d"]
         assert any("outside cluster platform-prod's own" in w for w in run.warnings)
         where = planned(gpuNodes={"subnetId": "subnet-0dd0000000000000d"})
@@ -537,10 +614,11 @@ class TestRefusedAtPreview:
             "efa:v0.5.6",
             tolerations=[{"operator": "Exists"}],
         )
-        run = byo(replace(TeamCluster(), daemonsets=(tolerating,)))
-        assert "aws-efa-k8s-device-plugin" not in {
-            r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)
-        }
+        # The cluster's plugin is used: the stack installs none (what planning decides is what a run
+        # installs: test_the_teams_add_ons_are_used_and_the_rest_installed).
+        assert not planned(replace(TeamCluster(), daemonsets=(tolerating,))).context.addons.installs(
+            "efaDevicePlugin"
+        )
 
     def test_a_kuberay_older_than_the_stacks(self):
         old = _workload(
@@ -574,12 +652,11 @@ class TestRefusedAtPreview:
 
 
 class TestTheTeamsSettings:
-    def test_the_vpc_cni_without_a_role_of_its_own_gets_its_policy_on_the_stacks_node_role(self):
-        addons = {
-            **TeamCluster().addons,
-            "vpc-cni": {"configurationValues": json.dumps({"enableNetworkPolicy": "true"})},
+    def test_the_vpc_cni_without_a_role_of_its_own_gets_its_policy_on_the_stacks_node_role(self, set_up_run):
+        run = set_up_run  # its vpc-cni add-on: enableNetworkPolicy, no serviceAccountRoleArn
+        assert SET_UP_TEAM.addons["vpc-cni"] == {
+            "configurationValues": json.dumps({"enableNetworkPolicy": "true"})
         }
-        run = byo(TeamCluster(addons=addons))
         policies = {
             r.inputs["policyArn"].rsplit("/", 1)[-1]
             for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
@@ -612,8 +689,8 @@ class TestTheTeamsSettings:
 class TestNothingOfTheTeamsIsTakenOver:
     """Issue 38: against a mocked team cluster, what the stack does and never does there."""
 
-    def test_cluster_scoped_objects_stand_apart_and_the_crds_left_behind_are_named(self):
-        run = byo(TeamCluster(deployments=(), prometheuses=(), crds=()))
+    def test_cluster_scoped_objects_stand_apart_and_the_crds_left_behind_are_named(self, bare_run):
+        run = bare_run
         names = {
             r.inputs["metadata"]["name"]
             for kind in ("storage.k8s.io/v1:StorageClass", "gateway.networking.k8s.io/v1:GatewayClass")
@@ -643,14 +720,14 @@ class TestNothingOfTheTeamsIsTakenOver:
         said = refused(karpenter)
         assert "ray-llm-eks:addons.clusterAutoscaler: auto, but another node autoscaler runs" in said
         assert "CRD nodepools.karpenter.sh" in said
-        run = byo(karpenter, addons={"clusterAutoscaler": "install"})
-        assert any(r.inputs["chart"].endswith("cluster-autoscaler") for r in run.of_type(RELEASE))
+        # Told to install, it does (an add-on planning installs is a release of the run: the tests
+        # of the bare team cluster's run below and test_the_teams_add_ons_are_used_and_the_rest_installed).
+        told = planned(karpenter, addons={"clusterAutoscaler": "install"})
+        assert told.context.addons.installs("clusterAutoscaler")
 
-    def test_the_stacks_cluster_autoscaler_manages_the_stacks_gpu_group_alone(self):
-        no_ca = tuple(
-            d for d in TeamCluster().deployments if "cluster-autoscaler" not in d["metadata"]["name"]
-        )
-        run = byo(replace(TeamCluster(), deployments=no_ca))
+    def test_the_stacks_cluster_autoscaler_manages_the_stacks_gpu_group_alone(self, bare_run):
+        run = bare_run  # the team runs no Cluster Autoscaler (nor the other add-ons: independent here)
+        assert planned(BARE_TEAM).context.addons.installs("clusterAutoscaler")
         (release,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"].endswith("cluster-autoscaler")]
         tags = release.inputs["values"]["autoDiscovery"]["tags"]
         assert tags[-1] == f"ray-llm-eks/cluster-autoscaler/{STACK}"
@@ -679,17 +756,20 @@ class TestNothingOfTheTeamsIsTakenOver:
             "aws-ebs-csi-driver",
             "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.50.0",
         )
-        run = byo(replace(TeamCluster(), deployments=(*TeamCluster().deployments, driver), prometheuses=()))
-        assert not run.of_type("aws:eks/addon:Addon") or all(
-            r.inputs["addonName"] != "aws-ebs-csi-driver" for r in run.of_type("aws:eks/addon:Addon")
+        # Planning decides whether the stack adds the EBS CSI add-on (`installs_ebs_csi`); the test
+        # below holds a run that installs it to that decision.
+        where = planned(
+            replace(TeamCluster(), deployments=(*TeamCluster().deployments, driver), prometheuses=())
         )
+        assert not where.installs_ebs_csi
         assert any(
             "EBS CSI: the cluster's own, self-managed (Deployment kube-system/ebs-csi-controller)" in i
-            for i in run.infos
+            for i in where.infos
         )
 
-    def test_an_ebs_csi_add_on_the_stack_adds_overwrites_nothing_and_stays(self):
-        run = byo(replace(TeamCluster(), prometheuses=()))
+    def test_an_ebs_csi_add_on_the_stack_adds_overwrites_nothing_and_stays(self, bare_run):
+        run = bare_run  # the team runs no Prometheus (the stack's needs a volume) and no EBS CSI driver
+        assert planned(BARE_TEAM).installs_ebs_csi
         (addon,) = [
             r for r in run.of_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "aws-ebs-csi-driver"
         ]
@@ -785,12 +865,18 @@ class TestCoTenancy:
         gpu = {(kind, name) for (kind, name, _), spec in found.items() if placed(spec) == "gpu"}
         assert gpu == {("RayService", "ray-llm"), ("DaemonSet", "ray-image-prepull")}
 
-    def test_every_chart_the_stack_installs_selects_and_tolerates_its_nodes(self):
+    def test_every_chart_the_stack_installs_selects_and_tolerates_its_nodes(self, bare_run):
+        """On the team's cluster that runs none of the add-ons, so the stack installs every one of its
+        own (tests/helm_releases.py's `+own-addons` run: the same world, the same run)."""
+        assert AwsState(team=BARE_TEAM) == AwsState.for_stack(STACK).without_team_addons()
         seen = {}
-        for stack, chart, _, values in releases():
-            if stack == STACK + OWN_ADDONS:
-                seen[chart] = {tuple(where): placed(spec) for where, spec in pod_specs(values)}
+        for release in bare_run.of_type(RELEASE):
+            values = release.inputs.get("values") or {}
+            seen[chart_name(release.inputs["chart"])] = {
+                tuple(where): placed(spec) for where, spec in pod_specs(values)
+            }
         assert seen == ON_NODES
+        assert installed_charts(planned(BARE_TEAM)) == set(seen)  # every add-on, as planning decides
 
     def test_the_bench_job_selects_and_tolerates_the_system_nodes(self):
         from manifests.bench import BenchOptions, bench_job
@@ -818,10 +904,11 @@ class TestCoTenancy:
             "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
             tolerations=[TOLERATES["gpu"]],
         )
-        run = byo(replace(TeamCluster(), daemonsets=(tolerating,)))
-        assert "nvidia-device-plugin" not in {
-            r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type(RELEASE)
-        }
+        # Used, none installed (an add-on planning installs is a release of the run:
+        # test_the_teams_add_ons_are_used_and_the_rest_installed).
+        assert not planned(replace(TeamCluster(), daemonsets=(tolerating,))).context.addons.installs(
+            "nvidiaDevicePlugin"
+        )
 
 
 class TestOffline:
@@ -953,14 +1040,16 @@ class TestViewersOfTheTeamsCluster:
     """A viewer's preview lists what world/kubernetes.py reads of the team's cluster; the view policy
     lacks CRDs and the custom kinds, so the stack binds exactly those, and no Secret, to its viewers."""
 
-    VIEWER = "arn:aws:iam::123456789012:role/ci-preview"
+    VIEWER = VIEWER
 
     @pytest.fixture(scope="class")
-    def run(self) -> StackRun:
-        return byo(cluster={"existingClusterName": TEAM_CLUSTER, "viewerPrincipalArns": [self.VIEWER]})
+    def run(self, set_up_run) -> StackRun:
+        return set_up_run  # a viewer listed (LISTED)
 
     def test_the_viewer_joins_the_stacks_group_bound_to_the_reads_a_preview_makes(self, run: StackRun):
-        (entry,) = run.of_type("aws:eks/accessEntry:AccessEntry")
+        (entry,) = [
+            e for e in run.of_type("aws:eks/accessEntry:AccessEntry") if e.inputs["principalArn"] == VIEWER
+        ]
         (group,) = entry.inputs["kubernetesGroups"]
         (binding,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
         assert binding.inputs["subjects"] == [

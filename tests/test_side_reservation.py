@@ -318,6 +318,16 @@ class TestOnATeamsCluster:
         key = f"{PROJECT}/cluster-autoscaler/byo.example"
         assert tags == {"gpu-prefill-autoscaler-tag": key, "gpu-decode-autoscaler-tag": key}
 
+    def test_a_p5_gets_one_efa_interface_per_network_card(self, team_block):
+        """Moved from tests/test_existing_cluster.py (which made a run of its own for it): any p5 node
+        group on a team's cluster, here each side's."""
+        for name, template in templates(team_block).items():
+            interfaces = template["networkInterfaces"]
+            assert len(interfaces) == 32, name  # EC2's maximumNetworkCards for p5.48xlarge
+            assert [i["interfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * 31
+            assert {i["networkCardIndex"] for i in interfaces} == set(range(32))
+            assert {i["deviceIndex"] for i in interfaces[1:]} == {1}
+
     def test_the_sides_in_two_subnets_are_refused(self):
         subnets = {
             "prefillNodes": {"subnetId": "subnet-01234567"},
