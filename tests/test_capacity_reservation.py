@@ -26,6 +26,8 @@ from planning.reservation import (
     plan_capacity,
     reservations_from_api,
 )
+from planning.where import capacity_change
+from planning.zones import TAG_GPU_CAPACITY
 from tests.fakes import pulumi as fakes
 from tests.fakes.capacity import (
     BLOCK_ID,
@@ -117,14 +119,67 @@ def gpu_group(run: StackRun) -> dict[str, Any]:
     return next(r for r in run.of_type(NODE_GROUP) if r.name.startswith("gpu")).inputs
 
 
+ODCR_SECTIONS = {"gpuNodes": {"capacityReservation": ODCR_ID}, "network": {"maxAvailabilityZones": 2}}
+ODCR_ENDING = reservation(zone="us-east-1d", total=3, available=3, end=NOW + timedelta(hours=5))
+"""The `odcr` run's reservation: in the region's fourth zone, ending in 5 hours."""
+GROUP_MEMBERS = (
+    reservation(zone="us-east-1a", total=2, placement_group="gpu-cluster"),
+    reservation("cr-0dc70000000000002", zone="us-east-1a", total=1, placement_group="gpu-cluster"),
+)
+"""The `reserved_group` run's resource group: two ODCRs made in the cluster placement group
+`gpu-cluster`, in the zone prod's first up put its GPU nodes in."""
+LATER = block(state="scheduled", start=NOW + timedelta(days=2), end=NOW + timedelta(days=9), available=0)
+"""A Capacity Block that starts in two days."""
+
+
 @pytest.fixture(scope="module")
 def odcr() -> StackRun:
-    return odcr_run()
+    """The prod example's first up on an On-Demand Capacity Reservation, at most two zones. One run
+    holds three independent things its tests ask: how the GPU nodes target a reservation by ID (the
+    launch template, EFA, the placement-group warning); that a first up puts a subnet in the
+    reservation's zone when it is not among the zones it would pick (us-east-1d); and that a
+    reservation ending soon is a preview warning (TestThePreviewSays ties it). The zone and the end
+    change neither the target nor the template."""
+    return run_stack(stack="prod", overrides=ODCR_SECTIONS, aws=on(ODCR_ENDING))
 
 
 @pytest.fixture(scope="module")
 def capacity_block() -> StackRun:
     return block_run()
+
+
+@pytest.fixture(scope="module")
+def prod_deployed() -> AwsState:
+    """The account as the prod example's up on On-Demand GPU nodes left it (the prod run every module
+    shares): zones a, b and c, the GPU nodes in us-east-1a."""
+    return deployed(run_stack(stack="prod"))
+
+
+@pytest.fixture(scope="module")
+def reserved_group(prod_deployed: AwsState) -> StackRun:
+    """The deployed prod example moved onto a resource group of reservations made in a cluster
+    placement group. One run holds three independent things its tests ask: the group is targeted by
+    its ARN; reservations made in a placement group are launched into that group; and moving a
+    deployed stack onto reservations warns that its GPU nodes are replaced (the record on the VPC says
+    on-demand). The targeting and the placement are the launch template's, the move is the record's."""
+    return run_stack(
+        stack="prod",
+        overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
+        aws=replace(
+            prod_deployed,
+            reservations=GROUP_MEMBERS,
+            resource_groups={GROUP_ARN: tuple(r["CapacityReservationId"] for r in GROUP_MEMBERS)},
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def parked_on_a_team_cluster() -> StackRun:
+    """The byo example (a team's cluster) on a Capacity Block that has not started, parked until then.
+    One run holds two independent things its tests ask: a block on a team's cluster (its zone's subnet,
+    the EFA group's record), and a parked stack deployed before its block starts. Neither the block's
+    state nor parking changes the subnet or the record."""
+    return block_run(LATER, stack="byo.example", autoscaling={"parked": True}, gpuNodes={"desiredSize": 0})
 
 
 class TestTheGpuNodesTargetIt:
@@ -136,8 +191,8 @@ class TestTheGpuNodesTargetIt:
         }
         assert "instanceMarketOptions" not in template
         assert group["capacityType"] == "ON_DEMAND" and group["instanceTypes"] == ["g6.8xlarge"]
-        assert group["subnetIds"] == ["subnet/network-private-us-east-1b"]
-        assert odcr.exports["gpuAvailabilityZone"] == "us-east-1b"
+        assert group["subnetIds"] == ["subnet/network-private-us-east-1d"]  # the reservation's zone
+        assert odcr.exports["gpuAvailabilityZone"] == "us-east-1d"
         assert not odcr.of_type("eks:index:ManagedNodeGroup") or all(
             not r.name.startswith("gpu") for r in odcr.of_type("eks:index:ManagedNodeGroup")
         )
@@ -154,8 +209,8 @@ class TestTheGpuNodesTargetIt:
         assert "placement" not in gpu_template(odcr) and not odcr.of_type(PLACEMENT)
         assert any("not made in a cluster placement group" in w for w in odcr.warnings)
 
-    def test_an_odcr_in_a_placement_group_launches_into_that_group(self):
-        run = odcr_run(reservation(total=3, placement_group="gpu-cluster"))
+    def test_reservations_in_a_placement_group_launch_into_that_group(self, reserved_group):
+        run = reserved_group
         assert gpu_template(run)["placement"] == {"groupName": "gpu-cluster"}
         assert not run.of_type(PLACEMENT)
         assert not any("placement group" in w for w in run.warnings)
@@ -171,15 +226,10 @@ class TestTheGpuNodesTargetIt:
         assert group["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in group
         assert "placement" not in template and not capacity_block.of_type(PLACEMENT)
 
-    def test_a_resource_group_is_targeted_by_its_arn_and_never_spills_onto_on_demand(self):
+    def test_a_resource_group_is_targeted_by_its_arn_and_never_spills_onto_on_demand(self, reserved_group):
         """EC2: instances that target a group run On-Demand when it has no matching capacity, unless the
         preference is `capacity-reservations-only`."""
-        members = (reservation(total=2), reservation("cr-0dc70000000000002", total=1))
-        run = run_stack(
-            stack="prod",
-            overrides={"gpuNodes": {"capacityReservation": GROUP_ARN}},
-            aws=on(*members, groups={GROUP_ARN: ("cr-0dc70000000000001", "cr-0dc70000000000002")}),
-        )
+        run = reserved_group
         assert gpu_template(run)["capacityReservationSpecification"] == {
             "capacityReservationPreference": "capacity-reservations-only",
             "capacityReservationTarget": {"capacityReservationResourceGroupArn": GROUP_ARN},
@@ -187,8 +237,8 @@ class TestTheGpuNodesTargetIt:
         (line,) = [i for i in run.infos if i.startswith("GPU capacity")]
         assert "3 x g6.8xlarge" in line and "none On-Demand" in line and "capacity-reservations-only" in line
 
-    def test_on_an_existing_cluster_the_block_and_its_zone(self):
-        run = block_run(stack="byo.example", gpuNodes={"desiredSize": 2})
+    def test_on_an_existing_cluster_the_block_and_its_zone(self, parked_on_a_team_cluster):
+        run = parked_on_a_team_cluster
         group = gpu_group(run)
         assert group["capacityType"] == "CAPACITY_BLOCK"
         assert group["subnetIds"] == ["subnet-0bb0000000000000b"]  # the team's private subnet in zone b
@@ -203,42 +253,33 @@ class TestTheGpuNodesTargetIt:
 
 
 class TestZones:
-    def test_the_first_up_puts_a_subnet_in_the_reservations_zone(self):
+    def test_the_first_up_puts_a_subnet_in_the_reservations_zone(self, odcr):
         """Two zones at most, and the reservation in the region's fourth: the cluster takes it."""
-        run = run_stack(
-            stack="prod",
-            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}, "network": {"maxAvailabilityZones": 2}},
-            aws=on(reservation(zone="us-east-1d", total=3)),
-        )
-        assert run.exports["clusterZones"] == ["us-east-1a", "us-east-1d"]
-        assert run.exports["gpuAvailabilityZone"] == "us-east-1d"
+        assert odcr.exports["clusterZones"] == ["us-east-1a", "us-east-1d"]
+        assert odcr.exports["gpuAvailabilityZone"] == "us-east-1d"
 
-    def test_a_deployed_stack_without_a_subnet_there_is_refused_with_the_key_to_set(self):
-        smaller = {"network": {"maxAvailabilityZones": 2}}
-        before = deployed(run_stack(stack="prod", overrides=smaller))
+    def test_a_deployed_stack_without_a_subnet_there_is_refused_with_the_key_to_set(self, prod_deployed):
+        """Deployed in zones a, b and c; the reservation in d."""
         message = refused(
             run_stack,
             stack="prod",
-            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}, **smaller},
-            aws=replace(before, reservations=(reservation(zone="us-east-1d", total=3),)),
+            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}},
+            aws=replace(prod_deployed, reservations=(reservation(zone="us-east-1d", total=3),)),
         )
         assert "the reservation is in us-east-1d" in message and "network.availabilityZones" in message
 
-    def test_moving_onto_a_reservation_warns_that_the_gpu_nodes_are_replaced(self):
-        before = deployed(run_stack(stack="prod"))
-        assert before.vpc_tags and before.vpc_tags["ray-llm-eks/gpu-capacity"] == "on-demand"
-        run = run_stack(
-            stack="prod",
-            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}},
-            aws=replace(before, reservations=(reservation(zone="us-east-1a", total=3),)),
-        )
-        assert any("moves them to cr-0dc70000000000001" in w and "replaced" in w for w in run.warnings)
-        again = run_stack(
-            stack="prod",
-            overrides={"gpuNodes": {"capacityReservation": ODCR_ID}},
-            aws=replace(deployed(run), reservations=(reservation(zone="us-east-1a", total=3),)),
-        )
-        assert not any("moves them" in w for w in again.warnings)
+    def test_moving_onto_a_reservation_warns_that_the_gpu_nodes_are_replaced(
+        self, prod_deployed, reserved_group
+    ):
+        assert prod_deployed.vpc_tags and prod_deployed.vpc_tags[TAG_GPU_CAPACITY] == "on-demand"
+        assert any(f"moves them to {GROUP_ARN}" in w and "replaced" in w for w in reserved_group.warnings)
+        # The up records the reservation on the VPC, so the next preview (the record the program reads
+        # back, and where.py's check of it, as `reserved_group`'s preview made it) warns no more.
+        after = deployed(reserved_group)
+        assert after.vpc_tags and after.vpc_tags[TAG_GPU_CAPACITY] == GROUP_ARN
+        settings = stack_settings("prod", gpuNodes={"capacityReservation": GROUP_ARN})
+        record = after.world(settings.region).stack_record("ray-llm-eks/prod")
+        assert capacity_change(settings, record) == ()
 
 
 class TestRefusedAtPreview:
@@ -269,16 +310,14 @@ class TestRefusedAtPreview:
         message = refused(block_run, block(state=state, end=NOW - timedelta(hours=3)))
         assert f"Capacity Block {BLOCK_ID} is {state}" in message and "no node can run on it" in message
 
-    def test_a_block_that_has_not_started_unless_parked(self):
-        later = block(
-            state="scheduled", start=NOW + timedelta(days=2), end=NOW + timedelta(days=9), available=0
-        )
+    def test_a_block_that_has_not_started_unless_parked(self, parked_on_a_team_cluster):
+        later = LATER
         message = refused(block_run, later)
         assert "is scheduled and has no capacity yet, starts at 2026-12-04 12:00 UTC" in message
         assert "autoscaling.parked: true" in message
         asks_for_nodes = refused(block_run, later, autoscaling={"parked": True})
         assert "the GPU node group must start empty" in asks_for_nodes and "desiredSize: 0" in asks_for_nodes
-        parked = block_run(later, autoscaling={"parked": True}, gpuNodes={"desiredSize": 0})
+        parked = parked_on_a_team_cluster  # the byo example: a team's cluster changes none of this
         assert any("parked until then" in i for i in parked.infos)
         assert gpu_group(parked)["capacityType"] == "CAPACITY_BLOCK"
 
@@ -408,7 +447,7 @@ class TestReferences:
 
 
 class TestThePreviewSays:
-    def test_coverage_cost_and_end_of_a_block(self, capacity_block):
+    def test_coverage_cost_and_end_of_a_block(self, capacity_block, odcr):
         (line,) = [i for i in capacity_block.infos if i.startswith("GPU capacity")]
         assert f"Capacity Block {BLOCK_ID}: 2 x p5.48xlarge in us-east-1b" in line
         assert "2026-12-01 12:00 UTC to 2026-12-08 12:00 UTC (6 d 0 h left)" in line
@@ -418,9 +457,11 @@ class TestThePreviewSays:
         assert "on Capacity Block cr-0b10c0000000000a1, paid up front: 2 x $0.0000 = $0.00/h" in cost
         assert "price on the invoice only" in cost
         assert any("park the stack" in i for i in capacity_block.infos)  # EKS updates a block's group at 0
-        # What the tests of `planned` ask is what the preview says (a block ending soon also warns).
-        ending = block(end=NOW + timedelta(hours=5))
-        for capacity, run in ((block_planned(), capacity_block), (block_planned(ending), block_run(ending))):
+        # What the tests of `planned` ask is what the preview says (a reservation ending soon, the
+        # `odcr` run's, also warns).
+        ending = planned(ODCR_SECTIONS, ODCR_ENDING)
+        assert any("ends at 2026-12-02 17:00 UTC (5 h 0 min from now)" in w for w in ending.warnings)
+        for capacity, run in ((block_planned(), capacity_block), (ending, odcr)):
             assert capacity.notes and set(capacity.notes) <= set(run.infos)
             assert set(capacity.warnings) <= set(run.warnings)
 

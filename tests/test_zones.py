@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from config import ConfigError, Settings, load_settings
+from planning.where import Where
 from planning.zones import (
     TAG_CREATOR,
     TAG_GPU_ZONE,
@@ -21,7 +22,15 @@ from planning.zones import (
     plan_subnets,
     plan_zones,
 )
-from tests.fakes.pulumi import StackRun, deployed, minimal_config, run_stack, stack_file_config
+from tests.fakes.pulumi import (
+    AwsState,
+    StackRun,
+    deployed,
+    minimal_config,
+    run_stack,
+    stack_file_config,
+    stack_settings,
+)
 
 P = "ray-llm-eks"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -150,25 +159,45 @@ def subnets_and_gpu_zone(run: StackRun) -> tuple[dict[str, tuple[str, str]], str
     return subnets, run.one(NODE_GROUP, "gpu-nodes").inputs["placementGroupAvailabilityZone"]
 
 
+def where(stack: str, aws: AwsState, offerings: dict[str, dict[str, list[str]]] | None = None) -> Where:
+    """Where the program plans a stack file to serve in the account `aws` (__main__.read's
+    `where_it_serves`: the zones, and the record it writes on its VPC), with no stack run. The
+    tests that use it tie it to a run's graph."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.reads import where_it_serves
+
+    settings = stack_settings(stack)
+    world = aws.world(settings.region, offerings)
+    caller = world.caller()
+    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
+    names = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, f"{P}/{stack}", world, caller, names)
+
+
 class TestUnderMocks:
     """The whole program, day 1 and day 100, with AWS's answers changing in between."""
 
     DAY_1 = {"sa-east-1": {"g6.8xlarge": ["sa-east-1b", "sa-east-1c"]}}
     DAY_100 = {"sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1b", "sa-east-1c"]}}
 
-    def test_a_change_in_zone_offerings_moves_nothing(self):
-        day_1 = run_stack(offerings=self.DAY_1)
+    @pytest.fixture(scope="class")
+    def day_1(self) -> StackRun:
+        return run_stack(offerings=self.DAY_1)
+
+    def test_a_change_in_zone_offerings_moves_nothing(self, day_1: StackRun):
         day_100 = run_stack(offerings=self.DAY_100, aws=deployed(day_1))
         assert subnets_and_gpu_zone(day_100) == subnets_and_gpu_zone(day_1)
         assert subnets_and_gpu_zone(day_1)[1] == "sa-east-1b"
         vpc = day_100.one("aws:ec2/vpc:Vpc").inputs["tags"]
         assert vpc == deployed(day_1).vpc_tags  # the record is written back as it was read
 
-    def test_without_the_record_the_same_change_would_move_the_gpu_nodes(self):
-        """The control: this is what the record prevents."""
-        day_1 = run_stack(offerings=self.DAY_1)
-        fresh = run_stack(offerings=self.DAY_100)
-        assert subnets_and_gpu_zone(fresh)[1] != subnets_and_gpu_zone(day_1)[1]
+    def test_without_the_record_the_same_change_would_move_the_gpu_nodes(self, day_1: StackRun):
+        """The control: this is what the record prevents. Where a first up on day 100 would put the GPU
+        nodes is planned (`where`), which the day-1 run ties to the node group's zone."""
+        assert where("dev", AwsState(), self.DAY_1).gpu_zone == subnets_and_gpu_zone(day_1)[1]
+        fresh = where("dev", AwsState(), self.DAY_100)
+        assert fresh.gpu_zone != subnets_and_gpu_zone(day_1)[1]
 
     def test_the_vpc_carries_the_record(self, dev_stack: StackRun):
         tags = dev_stack.one("aws:ec2/vpc:Vpc").inputs["tags"]
@@ -176,16 +205,19 @@ class TestUnderMocks:
         assert (tags[TAG_ZONES], tags[TAG_GPU_ZONE]) == ("sa-east-1a sa-east-1b", "sa-east-1a")
         assert tags[TAG_CREATOR] == "arn:aws:iam::123456789012:role/deployer"
 
-    def test_a_gpu_zone_that_stops_offering_fails_before_any_resource(self):
-        day_1 = run_stack(offerings=self.DAY_1)
+    def test_a_gpu_zone_that_stops_offering_fails_before_any_resource(self, day_1: StackRun):
         later = {"sa-east-1": {"g6.8xlarge": ["sa-east-1a", "sa-east-1c"]}}
         with pytest.raises(
             ConfigError, match="sa-east-1b, where this stack's GPU nodes run, no longer offers"
         ):
             run_stack(offerings=later, aws=deployed(day_1))
 
-    def test_another_stack_does_not_read_this_stacks_record(self):
-        day_1 = run_stack(offerings=self.DAY_1)
-        other = run_stack(stack="prod", aws=deployed(day_1))
-        tags = other.one("aws:ec2/vpc:Vpc").inputs["tags"]
+    def test_another_stack_does_not_read_this_stacks_record(self, day_1: StackRun):
+        """prod planned in the account where dev's VPC carries its record plans as on a first up; the
+        record it writes is its own (the prod run every module shares writes that record on its VPC)."""
+        other = where("prod", deployed(day_1))
+        assert other.record == where("prod", AwsState()).record
+        tags = other.record.tags(f"{P}/prod")
         assert (tags[TAG_STACK], tags[TAG_ZONES]) == ("ray-llm-eks/prod", "us-east-1a us-east-1b us-east-1c")
+        vpc = run_stack(stack="prod").one("aws:ec2/vpc:Vpc").inputs["tags"]
+        assert vpc.items() >= tags.items()
