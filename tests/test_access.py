@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 
 from config import ConfigError, load_settings
-from planning.access import ADMIN_POLICY, VIEWER_POLICY, partition_of, plan_access, principal_key
-from tests.fakes.pulumi import AwsState, StackRun, deployed, run_stack, stack_file_config
+from planning.access import (
+    ADMIN_POLICY,
+    REFRESH_POLICY,
+    VIEWER_POLICY,
+    partition_of,
+    plan_access,
+    principal_key,
+)
+from planning.where import Where
+from tests.fakes.pulumi import AwsState, StackRun, run_stack, stack_file_config, stack_settings
 
 P = "ray-llm-eks"
 CLUSTER = "eks:index:Cluster"
@@ -20,6 +28,8 @@ TEAMMATE = "arn:aws:iam::123456789012:role/platform-alice"
 TEAMMATE_SESSION = "arn:aws:sts::123456789012:assumed-role/platform-alice/alice"
 CI = "arn:aws:iam::123456789012:role/github-preview"
 CI_SESSION = "arn:aws:sts::123456789012:assumed-role/github-preview/run-42"
+DRIFT = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
+STACK_ID = f"{P}/dev"
 
 
 def principals(run: StackRun) -> dict[str, str]:
@@ -33,48 +43,99 @@ def principals(run: StackRun) -> dict[str, str]:
     return found
 
 
-ACCESS = {"cluster": {"adminPrincipalArns": [DEPLOYER, TEAMMATE], "viewerPrincipalArns": [CI]}}
+def planned(aws: AwsState, **cluster: Any) -> Where:
+    """Who gets an entry, and the record the stack keeps on its VPC, as the program's read step decides
+    them for the dev stack file with `cluster` keys in `aws`'s account (world/reads.py `where_it_serves`,
+    as __main__.read calls it), with no stack run. The caller's ARN reaches the program only there
+    (__main__.read: everything else takes the caller's account), and `test_the_program_registers_what_
+    was_planned` holds the run's entries and VPC tags to it."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.reads import where_it_serves
+
+    settings = stack_settings("dev", cluster=cluster)
+    world = aws.world(settings.region)
+    caller = world.caller()
+    plan = plan_stack(settings, stack="dev", account_id=caller.account_id)
+    return where_it_serves(
+        settings, plan, STACK_ID, world, caller, own_namespaces(settings, plan.cluster_name)
+    )
 
 
-def test_creator_listed_as_admin_gets_no_second_entry_at_creation():
-    run = run_stack(overrides=ACCESS)
-    assert principals(run) == {TEAMMATE: ADMIN_POLICY, CI: VIEWER_POLICY}
+def planned_principals(where: Where) -> dict[str, str]:
+    return {e.principal_arn: e.policy for e in where.access.entries}
+
+
+def deployed_by(where: Where, caller: str, cluster: bool = True) -> AwsState:
+    """The account after an `up` that planned `where`: the VPC with the record the program tags it with
+    (its Network writes `where.record.tags`), the cluster if it was made; `caller` runs Pulumi next."""
+    from planning import plan_stack
+
+    clusters = [plan_stack(stack_settings("dev"), stack="dev").cluster_name] if cluster else []
+    return AwsState(where.record.tags(STACK_ID), clusters, caller_arn=caller)
+
+
+ACCESS = {
+    "adminPrincipalArns": [DEPLOYER, TEAMMATE],
+    "viewerPrincipalArns": [CI],
+    "refreshPrincipalArns": [DRIFT],
+}
+"""All three lists at once: each list's principals get their own policy, the lists may not share a
+principal (refused below), and the creator is skipped in whichever list; so one run holds all three."""
+
+
+@pytest.fixture(scope="module")
+def listed() -> StackRun:
+    """The dev stack's first `up` by the deployer, with every list filled: the one run of this module."""
+    return run_stack(overrides={"cluster": ACCESS})
+
+
+def test_creator_listed_as_admin_gets_no_second_entry_at_creation(listed: StackRun):
+    assert principals(listed) == {TEAMMATE: ADMIN_POLICY, CI: VIEWER_POLICY, DRIFT: REFRESH_POLICY}
+
+
+def test_the_program_registers_what_was_planned(listed: StackRun):
+    """The cluster's entries, keyed by AccessEntry.key, and the VPC's record, as where_it_serves planned
+    them: what lets the questions below be asked of the plan."""
+    where = planned(AwsState(), **ACCESS)
+    entries = listed.one(CLUSTER).inputs["accessEntries"]
+    assert {k: v["principalArn"] for k, v in entries.items()} == {
+        e.key: e.principal_arn for e in where.access.entries
+    }
+    assert principals(listed) == planned_principals(where)
+    assert listed.one("aws:ec2/vpc:Vpc").inputs["tags"].items() >= where.record.tags(STACK_ID).items()
 
 
 @pytest.mark.parametrize("caller", [TEAMMATE_SESSION, CI_SESSION], ids=["teammate", "ci-viewer"])
 def test_anyone_listed_can_run_up_on_the_existing_stack_and_nothing_changes(caller: str):
-    created = run_stack(overrides=ACCESS)
-    state = deployed(created)
-    later = run_stack(overrides=ACCESS, aws=AwsState(state.vpc_tags, state.clusters, caller_arn=caller))
-    assert principals(later) == principals(created)
-    assert later.one("aws:ec2/vpc:Vpc").inputs["tags"] == created.one("aws:ec2/vpc:Vpc").inputs["tags"]
+    created = planned(AwsState(), **ACCESS)
+    later = planned(deployed_by(created, caller), **ACCESS)
+    assert planned_principals(later) == planned_principals(created)
+    assert later.record.tags(STACK_ID) == created.record.tags(STACK_ID)  # the VPC's tags
 
 
 def test_a_retry_by_someone_else_before_the_cluster_exists_makes_them_the_creator():
     """The VPC (and its record) may exist from a failed first `up`; the cluster does not yet."""
-    first = run_stack(overrides=ACCESS)
-    state = deployed(first)
-    retry = run_stack(
-        overrides=ACCESS, aws=AwsState(state.vpc_tags, clusters=[], caller_arn=TEAMMATE_SESSION)
-    )
-    assert principals(retry) == {DEPLOYER: ADMIN_POLICY, CI: VIEWER_POLICY}
+    first = planned(AwsState(), **ACCESS)
+    retry = planned(deployed_by(first, TEAMMATE_SESSION, cluster=False), **ACCESS)
+    assert planned_principals(retry) == {DEPLOYER: ADMIN_POLICY, CI: VIEWER_POLICY, DRIFT: REFRESH_POLICY}
 
 
-def test_a_viewer_reads_no_secret_and_only_a_refresher_reads_them():
+def test_a_viewer_reads_no_secret_and_only_a_refresher_reads_them(listed: StackRun):
     """A preview reads no Secret (pulumi-kubernetes reads a Helm release only on refresh), so a
     pull request's role gets the view policy; the drift check's `--refresh` reads every object back."""
-    drift = "arn:aws:iam::123456789012:role/ray-llm-eks-ci-drift-dev"
-    run = run_stack(overrides={"cluster": {"viewerPrincipalArns": [CI], "refreshPrincipalArns": [drift]}})
-    assert principals(run) == {CI: "AmazonEKSViewPolicy", drift: "AmazonEKSAdminViewPolicy"}
-    assert all(not e.get("kubernetesGroups") for e in run.one(CLUSTER).inputs["accessEntries"].values())
+    found = principals(listed)
+    assert (found[CI], found[DRIFT]) == ("AmazonEKSViewPolicy", "AmazonEKSAdminViewPolicy")
+    assert all(not e.get("kubernetesGroups") for e in listed.one(CLUSTER).inputs["accessEntries"].values())
 
 
 def test_entries_are_keyed_by_principal_so_removing_one_touches_no_other():
-    both = run_stack(overrides={"cluster": {"adminPrincipalArns": [TEAMMATE, CI]}})
-    one = run_stack(overrides={"cluster": {"adminPrincipalArns": [CI]}})
-    keys_both = {k: v["principalArn"] for k, v in both.one(CLUSTER).inputs["accessEntries"].items()}
-    keys_one = {k: v["principalArn"] for k, v in one.one(CLUSTER).inputs["accessEntries"].items()}
-    assert keys_one.items() <= keys_both.items()
+    """Asked of plan_access; the run's map is keyed by AccessEntry.key (test_the_program_registers_...)."""
+    both = plan_access(_settings(adminPrincipalArns=[TEAMMATE, CI]), DEPLOYER).entries
+    one = plan_access(_settings(adminPrincipalArns=[CI]), DEPLOYER).entries
+    keys_both = {e.key: e.principal_arn for e in both}
+    keys_one = {e.key: e.principal_arn for e in one}
+    assert keys_one and keys_one.items() <= keys_both.items()
 
 
 def _settings(**cluster: Any):

@@ -10,6 +10,7 @@ groups then block deleting the VPC), and a rotation that restarts more than the 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -17,8 +18,9 @@ from config import ConfigError
 from manifests.endpoint.gateway import build_endpoint
 from planning import plan_stack
 from tests.fakes import pulumi as harness
-from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, Secret, StackRun, run_stack, stack_settings
+from tests.fakes.pulumi import NLB_HOSTNAME, STACKS, AwsState, Secret, StackRun, run_stack, stack_settings
 from tests.validators import crd_package_errors
+from world.reads import instance_types
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
@@ -33,6 +35,30 @@ PUBLIC = {
     "hostname": "llm.example.com",
     "sourceRanges": ["203.0.113.0/24"],
 }
+GIVEN_KEY = "k" * 40
+
+
+def public_with_a_given_key() -> StackRun:
+    """The dev stack internet-facing (TLS, a hostname, listed ranges), its one client's key given in the
+    stack's `apiKeys`: independent of each other (the scheme makes the load balancer Service and the URL,
+    a given key the keys' Secret and export), so one run answers both."""
+    return run_stack(
+        overrides={"endpoint": PUBLIC}, secrets={"ray-llm-eks:apiKeys": json.dumps({"default": GIVEN_KEY})}
+    )
+
+
+def two_clients() -> StackRun:
+    """The dev stack with a second client, `batch`, beside its `default`: both keys generated."""
+    return run_stack(overrides={"endpoint": {"clients": {"default": {}, "batch": {}}}})
+
+
+def endpoint_objects(**endpoint: Any) -> dict[str, dict[str, Any]]:
+    """The gateway's objects by kind, as build_endpoint makes them for the dev stack file with `endpoint`
+    keys; the program applies them verbatim (components/endpoint.py; tests/test_ops_render.py)."""
+    settings = stack_settings("dev", endpoint=endpoint)
+    made = build_endpoint(settings, plan_stack(settings, stack="dev").cluster_context)
+    assert made is not None
+    return {o["kind"]: o for o in (m.to_dict() for m in made.custom_resources())}
 
 
 def gateway_object(run: StackRun, kind: str):
@@ -203,8 +229,7 @@ class TestEnvoyGateway:
         assert route["spec"]["parentRefs"] == [{"name": "ray-llm", "sectionName": "http"}]
 
     def test_no_request_limit_is_zero_seconds(self):
-        run = run_stack(overrides={"endpoint": {"requestTimeoutSeconds": 0}})
-        (rule,) = gateway_object(run, "HTTPRoute").inputs["spec"]["rules"]
+        (rule,) = endpoint_objects(requestTimeoutSeconds=0)["HTTPRoute"]["spec"]["rules"]
         assert rule["timeouts"] == {"request": "0s"}
 
     def test_streams_survive_idle_gaps_and_upstream_connections_close_before_ray_does(self, dev_stack):
@@ -240,7 +265,7 @@ class TestEnvoyGateway:
 
     @pytest.mark.parametrize("variant", [{}, PUBLIC], ids=["internal", "internet-facing"])
     def test_gateway_api_objects_pass_the_gateway_api_schemas(self, variant):
-        run = run_stack(overrides={"endpoint": variant}) if variant else run_stack()
+        run = public_with_a_given_key() if variant else run_stack()
         objects = [
             {
                 k: v
@@ -290,7 +315,7 @@ class TestTheLoadBalancer:
         }
 
     def test_internet_facing_terminates_tls_with_the_certificate_for_the_listed_ranges(self):
-        run = run_stack(overrides={"endpoint": PUBLIC})
+        run = public_with_a_given_key()
         service = load_balancer(run).inputs
         annotations = service["metadata"]["annotations"]
         prefix = "service.beta.kubernetes.io/aws-load-balancer"
@@ -377,16 +402,16 @@ class TestTeardown:
 
 class TestApiKeys:
     def test_one_generated_key_per_client_as_a_secret_output(self):
-        run = run_stack(overrides={"endpoint": {"clients": {"app": {}, "batch": {}}}})
+        run = two_clients()
         passwords = {p.name: p.inputs for p in api_key_passwords(run)}
-        assert set(passwords) == {"endpoint-key-app", "endpoint-key-batch"}
+        assert set(passwords) == {"endpoint-key-default", "endpoint-key-batch"}
         assert all(p["length"] == 48 and p["special"] is False for p in passwords.values())
         keys = run.exports["apiKeys"]
-        assert set(keys) == {"app", "batch"} and all(len(k) == 48 for k in keys.values())
+        assert set(keys) == {"default", "batch"} and all(len(k) == 48 for k in keys.values())
         assert "apiKeys" in run.secret_exports
 
     def test_keys_reach_only_the_secret_and_never_plain_state(self):
-        run = run_stack(overrides={"endpoint": {"clients": {"app": {}, "batch": {}}}})
+        run = two_clients()
         keys = run.exports["apiKeys"]
         secret = run.one(SECRET, "endpoint-api-keys")
         data = secret.inputs["stringData"]
@@ -406,7 +431,7 @@ class TestApiKeys:
         assert rotated.exports["apiKeys"]["default"] != dev_stack.exports["apiKeys"]["default"]
 
     def test_adding_a_client_adds_its_key_and_rewrites_the_secret_only(self, dev_stack):
-        more = run_stack(overrides={"endpoint": {"clients": {"default": {}, "batch": {}}}})
+        more = two_clients()
         before = {r.urn: r for r in dev_stack.registrations}
         added = {r.name for r in more.registrations if r.urn not in before}
         changed = {r.name for r in more.registrations if r.urn in before and before[r.urn].inputs != r.inputs}
@@ -414,8 +439,8 @@ class TestApiKeys:
         assert more.exports["apiKeys"]["default"] == dev_stack.exports["apiKeys"]["default"]
 
     def test_a_key_given_in_config_is_used_and_stays_secret(self):
-        given = "k" * 40
-        run = run_stack(secrets={"ray-llm-eks:apiKeys": json.dumps({"default": given})})
+        given = GIVEN_KEY
+        run = public_with_a_given_key()
         assert api_key_passwords(run) == []
         assert run.one(SECRET, "endpoint-api-keys").inputs["stringData"].value == {"default": given}
         assert run.exports["apiKeys"] == {"default": given} and "apiKeys" in run.secret_exports
@@ -456,11 +481,7 @@ class TestPerKeyRateLimit:
         """Asked of the gateway's objects build_endpoint makes (tests/test_ops_render.py holds them to
         what the program applies)."""
         endpoint = {"gatewayReplicas": replicas, "rateLimit": {"requests": requests, "unit": "Second"}}
-        settings = stack_settings("dev", endpoint=endpoint)
-        made = build_endpoint(settings, plan_stack(settings, stack="dev").cluster_context)
-        assert made is not None
-        made_objects = [o.to_dict() for o in made.custom_resources()]
-        (policy,) = [o for o in made_objects if o["kind"] == "BackendTrafficPolicy"]
+        policy = endpoint_objects(**endpoint)["BackendTrafficPolicy"]
         (rule,) = policy["spec"]["rateLimit"]["local"]["rules"]
         assert rule["limit"] == {"requests": each, "unit": "Second"}
         assert each * replicas <= requests
@@ -496,15 +517,12 @@ class TestTheSystemNodeHoldsIt:
         head = {"head": {"cpuRequest": "3", "cpuLimit": "3"}}
         off = {"enabled": False}
         fixed = {"minSize": 2}  # no Cluster Autoscaler on the system node either
-        run_stack(
-            overrides={
-                "serving": head,
-                "systemNodes": small,
-                "gpuNodes": fixed,
-                "endpoint": off,
-                "observability": off,
-            }
+        # Accepted without the gateway: asked of plan_stack with EC2's answers, as __main__.read plans
+        # (the refusal below is the program's, made before any resource, from the same check).
+        settings = stack_settings(
+            "dev", serving=head, systemNodes=small, gpuNodes=fixed, endpoint=off, observability=off
         )
+        plan_stack(settings, stack="dev", ec2=instance_types(settings, AwsState().world(settings.region)))
         with pytest.raises(
             ConfigError, match=r"serving.head.cpuRequest: 3 does not fit beside the system pods"
         ):

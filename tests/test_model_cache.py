@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from config import PROJECT
+from config import PROJECT, load_settings
 from config.base import s3_bucket_problem
 from jobs.model_copy import HASH_FILE, copy, snapshot_files
 from manifests.rayservice import build_serving
 from planning.model_cache import bucket_key, default_bucket, legacy_bucket
+from planning.where import Where
 from planning.zones import TAG_MODEL_BUCKET
 from tests.fakes.pulumi import (
     OWN_CLUSTER_STACKS,
@@ -43,6 +44,35 @@ def cache_associations(run: StackRun):
 
 def copy_job(run: StackRun):
     return run.one(JOB, "ray-llm-model-copy")
+
+
+def planned(config: dict[str, Any], stack: str, aws: AwsState | None = None) -> Where:
+    """Where the stack serves and the record it keeps, the bucket's kept name among it, as the program's
+    read step decides them for `config` in `aws`'s account (the stack file's own by default):
+    world/reads.py `where_it_serves`, as __main__.read calls it, with no stack run. The program names
+    its bucket `where.record.model_bucket` and records it so: `test_a_deployed_stack_keeps_the_name_its_
+    record_holds` (a kept name) and `test_the_dev_stacks_bucket_is_recorded_with_its_zones` hold a run
+    to that."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.reads import where_it_serves
+
+    settings = load_settings(config)
+    world = (aws or AwsState.for_config(config)).world(settings.region)
+    caller = world.caller()
+    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
+    namespaces = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, f"{PROJECT}/{stack}", world, caller, namespaces)
+
+
+@pytest.fixture(scope="module")
+def team_bucket_and_token() -> StackRun:
+    """The dev stack with a bucket of the team's and a Hugging Face token: two independent things (the
+    bucket replaces the one the stack would make; the token is a Secret the copy Job reads), one run."""
+    return run_stack(
+        overrides={"modelCache": {"bucket": "team-models"}},
+        secrets={"ray-llm-eks:huggingFaceToken": "hf_x"},
+    )
 
 
 def copy_job_name(**sections: dict[str, Any]) -> str:
@@ -76,11 +106,11 @@ class TestTheBucketsName:
         byo = stack_file_config("byo.example")
         serving = byo.get(f"{PROJECT}:serving", {})
         other = {**byo, f"{PROJECT}:serving": {**serving, "namespace": "team-b"}}
-        names = {
-            run_stack(config, stack=stack).one(self.BUCKET).inputs["bucket"]
-            for stack, config in (("byo.example", byo), ("team-b", other))
-        }
-        assert len(names) == 2 and all(n.startswith("platform-prod-models-") for n in names), names
+        ours, theirs = (planned(byo, "byo.example"), planned(other, "team-b"))
+        names = {ours.record.model_bucket, theirs.record.model_bucket}
+        assert len(names) == 2 and all(n and n.startswith("platform-prod-models-") for n in names), names
+        # The example stack file's run (every stack file's, shared) makes the bucket so named.
+        assert run_stack(stack="byo.example").one(self.BUCKET).inputs["bucket"] == ours.record.model_bucket
 
     @pytest.mark.parametrize(
         "cluster",
@@ -110,10 +140,10 @@ class TestTheBucketsName:
         before = deployed(dev_stack)
         assert before.vpc_tags is not None
         older = replace(before, vpc_tags={k: v for k, v in before.vpc_tags.items() if k != TAG_MODEL_BUCKET})
-        run = run_stack(aws=older)
+        where = planned(stack_file_config("dev"), "dev", older)
         legacy = "ray-llm-multinode-models-123456789012-sa-east-1"
-        assert run.one(self.BUCKET).inputs["bucket"] == legacy
-        assert run.one("aws:ec2/vpc:Vpc").inputs["tags"][TAG_MODEL_BUCKET] == legacy  # recorded from now on
+        assert where.record.model_bucket == legacy
+        assert where.record.tags(f"{PROJECT}/dev")[TAG_MODEL_BUCKET] == legacy  # recorded from now on
 
     def test_on_a_teams_cluster_the_record_on_the_efa_group_keeps_it(self):
         first = run_stack(stack="byo.example")
@@ -121,9 +151,8 @@ class TestTheBucketsName:
         assert after.efa_group_tags is not None
         assert after.efa_group_tags[TAG_MODEL_BUCKET] == first.one(self.BUCKET).inputs["bucket"]
         kept = replace(after, efa_group_tags={**after.efa_group_tags, TAG_MODEL_BUCKET: "team-models-kept"})
-        assert (
-            run_stack(stack="byo.example", aws=kept).one(self.BUCKET).inputs["bucket"] == "team-models-kept"
-        )
+        where = planned(stack_file_config("byo.example"), "byo.example", kept)
+        assert where.record.model_bucket == "team-models-kept"
 
 
 class TestTheBucket:
@@ -144,8 +173,8 @@ class TestTheBucket:
         (deny,) = policy["Statement"]
         assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
-    def test_a_bucket_you_name_is_used_not_created(self):
-        run = run_stack(overrides={"modelCache": {"bucket": "team-models"}})
+    def test_a_bucket_you_name_is_used_not_created(self, team_bucket_and_token: StackRun):
+        run = team_bucket_and_token
         assert run.of_type("aws:s3/bucket:Bucket") == []
         env = {
             e["name"]: e.get("value")
@@ -267,9 +296,13 @@ class TestTheCopyJob:
         assert copy_job_name() == before  # the program registers the Job build_serving makes
         assert (copy_job_name(**overrides) != before) == again
 
-    def test_the_hugging_face_token_reaches_the_copy(self):
-        run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_x"})
-        env = {e["name"]: e for e in copy_job(run).inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
+    def test_the_hugging_face_token_reaches_the_copy(self, team_bucket_and_token: StackRun):
+        env = {
+            e["name"]: e
+            for e in copy_job(team_bucket_and_token).inputs["spec"]["template"]["spec"]["containers"][0][
+                "env"
+            ]
+        }
         assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
 
 
