@@ -138,7 +138,15 @@ class TestEncryptedVolumes:
 
     def test_bring_your_own_volume_key(self):
         arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
-        run = run_stack(overrides={"cluster": {"volumeKmsKeyArn": arn}})
+        # In the world of tests/test_teardown.py's destroy choices (one run for both): what destroy keeps
+        # of the bucket, the Prometheus volume and the logs is independent of which key the volumes use.
+        run = run_stack(
+            overrides={
+                "cluster": {"volumeKmsKeyArn": arn, "keepLogsOnDestroy": True},
+                "modelCache": {"forceDestroy": True},
+                "observability": {"keepVolumeOnDestroy": False},
+            }
+        )
         assert [k.name for k in run.of_type(KEY)] == ["cluster-secrets"]
         storage = run.one("kubernetes:storage.k8s.io/v1:StorageClass")
         assert storage.inputs["parameters"]["kmsKeyId"] == arn

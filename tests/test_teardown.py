@@ -210,11 +210,14 @@ class TestWhatDestroyKeeps:
         assert documented == actual
 
     def test_each_choice_follows_its_key(self):
+        # The world tests/test_least_privilege.py gives its own volume key in (one run for both): which
+        # key encrypts the volumes is independent of what destroy keeps of the bucket, volume and logs.
+        volume_key = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
         run = run_stack(
             overrides={
                 "modelCache": {"forceDestroy": True},
                 "observability": {"keepVolumeOnDestroy": False},
-                "cluster": {"keepLogsOnDestroy": True},
+                "cluster": {"keepLogsOnDestroy": True, "volumeKmsKeyArn": volume_key},
             }
         )
         assert run.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is True
