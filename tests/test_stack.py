@@ -349,8 +349,12 @@ class TestSecureDefaults:
 
 class TestHuggingFaceToken:
     def test_token_travels_as_a_secret_into_a_kubernetes_secret(self):
-        # the token tests/test_model_cache.py gives: one run for both
-        run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_x"})
+        # tests/test_model_cache.py's world (one run for both): its team bucket replaces the stack's
+        # model bucket, independent of where the token goes
+        run = run_stack(
+            overrides={"modelCache": {"bucket": "team-models"}},
+            secrets={"ray-llm-eks:huggingFaceToken": "hf_x"},
+        )
         secret = run.one("kubernetes:core/v1:Secret", "ray-llm-hf-token")
         assert secret.inputs["metadata"]["name"] == "hf-token"
         data = secret.inputs["stringData"]
