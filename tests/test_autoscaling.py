@@ -294,16 +294,30 @@ class TestCost:
         assert {"g6.8xlarge", "m7i.2xlarge"} <= instances
         assert all({"field": "regionCode", "value": "sa-east-1"} in a["filters"] for a in asked)
 
-    def test_answers_are_cached_a_day_so_the_next_preview_asks_nothing(self, tmp_path: Path):
-        cache = tmp_path / "prices.json"
-        run_stack(overrides={"model": {"maxModelLen": 2048}}, price_cache=cache)
-        again = run_stack(overrides={"model": {"maxModelLen": 3072}}, price_cache=cache)
-        assert not [c for c in again.calls if c[0] == "aws:pricing/getProduct:getProduct"]
+    @pytest.fixture(scope="class")
+    def previews(self, tmp_path_factory: pytest.TempPathFactory) -> tuple[StackRun, StackRun, Path]:
+        """Two previews one after the other with one price cache, in a region that sells no m7i.4xlarge
+        (the API gives no price for it), on m7i.4xlarge system nodes: (first, next, the cache)."""
+        cache = tmp_path_factory.mktemp("prices") / "prices.json"
+        system = {"systemNodes": {"instanceType": "m7i.4xlarge"}}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delitem(FAKE_PRICES, "m7i.4xlarge")  # as for a type the region does not sell
+            first = run_stack(overrides=system, price_cache=cache)
+            again = run_stack(overrides={**system, "model": {"maxModelLen": 3072}}, price_cache=cache)
+        return first, again, cache
+
+    def test_answers_are_cached_a_day_so_the_next_preview_asks_nothing(self, previews):
+        first, again, cache = previews
+        asked = [c for c in first.calls if c[0] == "aws:pricing/getProduct:getProduct"]
+        # The next preview asks nothing the first was answered, only what it was not (never cached).
+        (unanswered,) = [c for c in again.calls if c[0] == "aws:pricing/getProduct:getProduct"]
+        assert len(asked) > 1 and "m7i.4xlarge" in json.dumps(unanswered[1])
         # The provider stays declared, so a fresh cache changes nothing in the preview's diff.
         assert again.one("pulumi:providers:aws", "cost-pricing").inputs["region"] == "us-east-1"
         assert any(m.startswith("hourly on-demand cost") for m in again.infos)
         stored = json.loads(cache.read_text())
         assert stored["sa-east-1/ec2:g6.8xlarge"]["usd_per_hour"] == FAKE_PRICES["g6.8xlarge"]
+        assert "sa-east-1/ec2:m7i.4xlarge" not in stored
 
     def test_a_day_old_price_is_asked_again(self, tmp_path: Path):
         now = [1_000_000.0]
@@ -313,11 +327,8 @@ class TestCost:
         now[0] += 24 * 3600 + 1
         assert cache.get("sa-east-1", "eks") is None
 
-    def test_a_price_the_api_does_not_give_is_unknown_and_warned_not_fatal(self, monkeypatch, tmp_path):
-        monkeypatch.delitem(FAKE_PRICES, "m7i.4xlarge")  # as for a type the region does not sell
-        run = run_stack(
-            overrides={"systemNodes": {"instanceType": "m7i.4xlarge"}}, price_cache=tmp_path / "prices.json"
-        )
+    def test_a_price_the_api_does_not_give_is_unknown_and_warned_not_fatal(self, previews):
+        run, _, _ = previews
         assert any("gave no price for ec2:m7i.4xlarge" in w for w in run.warnings)
         (report,) = [m for m in run.infos if m.startswith("hourly on-demand cost")]
         assert "system nodes (m7i.4xlarge): 1 x unknown = unknown" in report

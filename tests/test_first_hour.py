@@ -4,10 +4,13 @@ ops commands exit 0/1/2 by one rule, and mistakes are named for what they are.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from ops.cli import main
 from ops.kube import OpsError, exec_plugin_problem
 from ops.preflight import format_findings, preflight, quota_of, vcpus_needed
 from planning.catalog import CATALOG
+from planning.cost import PRICE_CACHE_ENV
 from planning.names import copied_names, name_clashes, stack_files_beside, stack_names
 from planning.price_snapshot import PRICES, SNAPSHOT_DATE, snapshot_prices
 from tests.fakes.kube import connect_with, gateway_cluster, healthy_cluster
@@ -127,27 +131,33 @@ class TestPlan:
         assert out.count("hourly on-demand cost") == 0  # the program's own, unlabelled, is replaced
         assert len(out.splitlines()) < 60
 
-    def test_plan_prefers_the_prices_a_preview_cached(self, tmp_path, capsys, price_cache):
+    @pytest.fixture(scope="class")
+    def mine(self, tmp_path_factory: pytest.TempPathFactory) -> str:
+        """What `ops plan` prints for a stack file of your own with an encrypted value, where a preview
+        cached the prices: one plan (one run) for two independent things, where its prices come from
+        and what it leaves out of the stack file."""
+        root = tmp_path_factory.mktemp("first-hour")
         config = minimal_config("us-east-1")
-        write_stack(tmp_path, "mine", config)
-        (tmp_path / "__main__.py").write_text("")
-        cache = price_cache
-        import time
-
+        config["ray-llm-eks:huggingFaceToken"] = {"secure": "v1:ZW5jcnlwdGVk"}
+        write_stack(root, "mine", config)
+        (root / "__main__.py").write_text("")
+        cache = root / ".cache" / "prices.json"  # a preview's cache, as the `price_cache` fixture writes it
+        cache.parent.mkdir()
         keys = ["eks", "ec2:m7i.2xlarge", "ec2:g6.8xlarge", "nat", "nlb"]
         cache.write_text(
             json.dumps({f"us-east-1/{k}": {"usd_per_hour": 1.0, "at": time.time()} for k in keys})
         )
-        assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 0
-        out = capsys.readouterr().out
-        assert "Cost (AWS Price List API, as your last preview cached it" in out
+        out = io.StringIO()
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+            patch.setenv(PRICE_CACHE_ENV, str(cache))
+            assert main(["plan", "--stack", "mine", "--root", str(root)]) == 0
+        return out.getvalue()
 
-    def test_a_stack_file_with_encrypted_values_plans_without_them(self, tmp_path, capsys):
-        config = minimal_config("us-east-1")
-        config["ray-llm-eks:huggingFaceToken"] = {"secure": "v1:ZW5jcnlwdGVk"}
-        write_stack(tmp_path, "mine", config)
-        assert main(["plan", "--stack", "mine", "--root", str(tmp_path)]) == 0
-        assert "v1:ZW5jcnlwdGVk" not in capsys.readouterr().out
+    def test_plan_prefers_the_prices_a_preview_cached(self, mine: str):
+        assert "Cost (AWS Price List API, as your last preview cached it" in mine
+
+    def test_a_stack_file_with_encrypted_values_plans_without_them(self, mine: str):
+        assert "v1:ZW5jcnlwdGVk" not in mine
 
     def test_a_stack_the_program_refuses_is_exit_2_with_its_message(self, tmp_path, capsys):
         write_stack(

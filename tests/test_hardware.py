@@ -2,7 +2,11 @@
 node's EFA interfaces (all 32 on a p5.48xlarge it owns), GPUs nobody uses are refused unless accepted,
 and EC2's answer (world/instance-types.json, real DescribeInstanceTypes figures) wins over the offline
 catalog, with a warning where they disagree. Each class renders a RayService that passes KubeRay's CRD,
-the Pod schema and Ray's own serve schemas."""
+the Pod schema and Ray's own serve schemas.
+
+A class's RayService is what build_rayservice makes of the plan the program makes with EC2's answer
+(`built_for`, no stack run); the one full run, of a type only EC2 describes, holds the program to
+registering exactly that (test_a_type_ec2_knows_and_the_catalog_does_not_works_without_a_code_change)."""
 
 from __future__ import annotations
 
@@ -13,10 +17,13 @@ import pytest
 import yaml
 
 from config import ConfigError, load_settings
+from manifests.rayservice import build_rayservice
 from planning import plan_stack
 from planning.catalog import Ec2InstanceType
 from tests.fakes.pulumi import EC2_INSTANCE_TYPES, AwsState, StackRun, minimal_config, run_stack
 from tests.validators import crd_errors, pd_rule_errors, pod_errors, serve_errors
+from world.offline import ACCOUNT_ID
+from world.reads import instance_types
 
 P = "ray-llm-eks"
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
@@ -48,28 +55,50 @@ CLASSES = [
 ]
 
 
+def hw_config(instance_type: str, tp: int, **sections: dict[str, Any]) -> dict[str, Any]:
+    """A stack file of a region and a GPU type, with the tensor-parallel size, and more sections' keys."""
+    gpu_nodes = sections.pop("gpuNodes", {})
+    return {
+        **minimal_config(REGION),
+        f"{P}:gpuNodes": {"instanceType": instance_type, **gpu_nodes},
+        f"{P}:model": {"tensorParallelSize": tp},
+        **{f"{P}:{section}": values for section, values in sections.items()},
+    }
+
+
 def stack_for(instance_type: str, tp: int, **gpu_nodes: Any) -> StackRun:
     return run_stack(
-        config={
-            **minimal_config(REGION),
-            f"{P}:gpuNodes": {"instanceType": instance_type, **gpu_nodes},
-            f"{P}:model": {"tensorParallelSize": tp},
-        },
+        config=hw_config(instance_type, tp, gpuNodes=gpu_nodes),
         stack="hw",
         offerings={REGION: {instance_type: ZONES}},
     )
 
 
-def worker(run: StackRun) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the worker group, its container) of the registered RayService."""
-    group = run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+def built_for(config: dict[str, Any], aws: AwsState | None = None) -> dict[str, Any]:
+    """The RayService the program registers for `config` (stack `hw`) in an account `aws` describes, as
+    build_rayservice makes it from the plan with EC2's answer for the types (world/reads.py), as the
+    program reads it: what the full run below registers (test_a_type_ec2_knows_...)."""
+    settings = load_settings(config)
+    world = (aws or AwsState()).world(REGION, {REGION: {settings.gpu_nodes.instance_type: ZONES}})
+    plan = plan_stack(settings, stack="hw", ec2=instance_types(settings, world), account_id=ACCOUNT_ID)
+    made = build_rayservice(settings, plan).to_dict()
+    return {k: made[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def registered(run: StackRun) -> dict[str, Any]:
+    return {k: run.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+
+
+def worker(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the worker group, its container) of a RayService."""
+    group = obj["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     return group, group["template"]["spec"]["containers"][0]
 
 
 @pytest.mark.parametrize("hw", CLASSES, ids=lambda hw: hw.instance_type)
 def test_each_class_gets_all_of_its_hardware_and_passes_the_upstream_schemas(hw: HardwareClass):
-    run = stack_for(hw.instance_type, hw.tensor_parallel_size)
-    group, container = worker(run)
+    obj = built_for(hw_config(hw.instance_type, hw.tensor_parallel_size))
+    group, container = worker(obj)
     limits = container["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == str(hw.gpus_per_worker)
     assert limits["vpc.amazonaws.com/efa"] == str(hw.efa_per_worker)
@@ -83,7 +112,6 @@ def test_each_class_gets_all_of_its_hardware_and_passes_the_upstream_schemas(hw:
         hw.workers_per_node * hw.efa_per_worker
         <= EC2_INSTANCE_TYPES[hw.instance_type]["efaMaximumInterfaces"]
     )
-    obj = {k: run.one(RAYSERVICE).inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
     serve = yaml.safe_load(obj["spec"]["serveConfigV2"])
     assert crd_errors(obj) == []
     assert pod_errors(group["template"]["spec"]) == []
@@ -101,8 +129,7 @@ def test_idle_gpus_are_refused_with_the_numbers_and_what_to_do():
 
 
 def test_idle_gpus_can_be_accepted_and_preview_still_says_so():
-    run = stack_for("g6.12xlarge", 1, acceptIdleGpus=True)
-    _, container = worker(run)
+    _, container = worker(built_for(hw_config("g6.12xlarge", 1, gpuNodes={"acceptIdleGpus": True})))
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     settings = load_settings(
         {**minimal_config(REGION), f"{P}:gpuNodes": {"instanceType": "g6.12xlarge", "acceptIdleGpus": True}}
@@ -158,17 +185,13 @@ def test_a_type_ec2_knows_and_the_catalog_does_not_works_without_a_code_change()
         "efaSupported": True,
         "efaMaximumInterfaces": 16,
     }
-    run = run_stack(
-        config={
-            **minimal_config(REGION),
-            f"{P}:gpuNodes": {"instanceType": "p9.48xlarge"},
-            f"{P}:model": {"tensorParallelSize": 8},
-        },
-        stack="hw",
-        offerings={REGION: {"p9.48xlarge": ZONES}},
-        aws=AwsState(instance_types={**EC2_INSTANCE_TYPES, "p9.48xlarge": future}),
-    )
-    _, container = worker(run)
+    aws = AwsState(instance_types={**EC2_INSTANCE_TYPES, "p9.48xlarge": future})
+    config = hw_config("p9.48xlarge", 8)
+    run = run_stack(config=config, stack="hw", offerings={REGION: {"p9.48xlarge": ZONES}}, aws=aws)
+    # What the program registers is what build_rayservice makes of its plan: what the hardware classes'
+    # test reads (built_for), for a class of its own.
+    assert registered(run) == built_for(config, aws)
+    _, container = worker(registered(run))
     assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"  # P-series

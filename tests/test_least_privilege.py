@@ -10,9 +10,13 @@ import pulumi
 import pytest
 
 from components.cluster import encrypted_root_volume
-from config import ConfigError
-from tests.fakes.pulumi import StackRun, minimal_config, run_stack
+from config import ConfigError, load_settings
+from manifests.rayservice import build_rayservice
+from planning import plan_stack
+from tests.fakes.pulumi import AwsState, StackRun, minimal_config, run_stack, stack_settings
 from tests.validators import pod_errors
+from world.offline import ACCOUNT_ID
+from world.reads import instance_types
 
 CLUSTER = "eks:index:Cluster"
 ADDON = "aws:eks/addon:Addon"
@@ -134,7 +138,15 @@ class TestEncryptedVolumes:
 
     def test_bring_your_own_volume_key(self):
         arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
-        run = run_stack(overrides={"cluster": {"volumeKmsKeyArn": arn}})
+        # In the world of tests/test_teardown.py's destroy choices (one run for both): what destroy keeps
+        # of the bucket, the Prometheus volume and the logs is independent of which key the volumes use.
+        run = run_stack(
+            overrides={
+                "cluster": {"volumeKmsKeyArn": arn, "keepLogsOnDestroy": True},
+                "modelCache": {"forceDestroy": True},
+                "observability": {"keepVolumeOnDestroy": False},
+            }
+        )
         assert [k.name for k in run.of_type(KEY)] == ["cluster-secrets"]
         storage = run.one("kubernetes:storage.k8s.io/v1:StorageClass")
         assert storage.inputs["parameters"]["kmsKeyId"] == arn
@@ -144,20 +156,24 @@ class TestWorkerPrivileges:
     """Privileged only where it cannot hurt: a privileged container sees every GPU of its node."""
 
     @staticmethod
-    def workers(instance_type: str, tp: int, privileges: str | None = None) -> dict[str, Any]:
+    def config(instance_type: str, tp: int, privileges: str | None = None) -> dict[str, Any]:
         serving = {"serving": {"worker": {"privileges": privileges}}} if privileges else {}
-        run = run_stack(
-            config={
-                **minimal_config("us-east-1"),
-                "ray-llm-eks:gpuNodes": {"instanceType": instance_type},
-                "ray-llm-eks:model": {"tensorParallelSize": tp},
-                **{f"ray-llm-eks:{k}": v for k, v in serving.items()},
-            },
-            stack="hw",
-            offerings={"us-east-1": {instance_type: ["us-east-1a", "us-east-1b"]}},
-        )
-        group = run.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
-        return group["template"]["spec"]
+        return {
+            **minimal_config("us-east-1"),
+            "ray-llm-eks:gpuNodes": {"instanceType": instance_type},
+            "ray-llm-eks:model": {"tensorParallelSize": tp},
+            **{f"ray-llm-eks:{k}": v for k, v in serving.items()},
+        }
+
+    @classmethod
+    def workers(cls, instance_type: str, tp: int, privileges: str | None = None) -> dict[str, Any]:
+        """The worker pod of the RayService the program registers for the type (build_rayservice of the
+        plan with EC2's answer; tests/test_hardware.py holds a run of a hardware class to it)."""
+        settings = load_settings(cls.config(instance_type, tp, privileges))
+        world = AwsState().world("us-east-1", {"us-east-1": {instance_type: ["us-east-1a", "us-east-1b"]}})
+        plan = plan_stack(settings, stack="hw", ec2=instance_types(settings, world), account_id=ACCOUNT_ID)
+        spec = build_rayservice(settings, plan).to_dict()["spec"]
+        return spec["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
 
     @pytest.mark.parametrize("instance_type,tp", [("g6.8xlarge", 1), ("g6e.48xlarge", 2), ("p5.48xlarge", 8)])
     def test_by_default_root_with_ipc_lock_and_nothing_privileged(self, instance_type: str, tp: int):
@@ -179,8 +195,12 @@ class TestWorkerPrivileges:
         assert container["securityContext"] == {"privileged": True}
 
     def test_privileged_refused_where_workers_share_a_node(self):
-        with pytest.raises(ConfigError) as caught:
-            self.workers("g6e.48xlarge", 2, "privileged")
+        with pytest.raises(ConfigError) as caught:  # by the program, before any resource
+            run_stack(
+                config=self.config("g6e.48xlarge", 2, "privileged"),
+                stack="hw",
+                offerings={"us-east-1": {"g6e.48xlarge": ["us-east-1a", "us-east-1b"]}},
+            )
         message = str(caught.value)
         assert "ray-llm-eks:serving.worker.privileges is privileged" in message
         assert "4 workers share a g6e.48xlarge" in message
@@ -190,10 +210,11 @@ class TestWorkerPrivileges:
 class TestKubernetesApiTokens:
     def test_the_head_mounts_a_token_only_for_kuberay_autoscaler(self):
         fixed = run_stack().one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
-        grows = run_stack(
-            overrides={"autoscaling": {"decode": {"maxReplicas": 2}}, "gpuNodes": {"maxSize": 3}}
-        )
-        autoscaled = grows.one(RAYSERVICE).inputs["spec"]["rayClusterConfig"]
+        # What the program registers for dev with room to grow: build_rayservice of its plan
+        # (tests/test_rayservice.py holds the dev stack's run to it).
+        settings = stack_settings("dev", autoscaling={"decode": {"maxReplicas": 2}}, gpuNodes={"maxSize": 3})
+        grows = build_rayservice(settings, plan_stack(settings, stack="dev", account_id=ACCOUNT_ID))
+        autoscaled = grows.to_dict()["spec"]["rayClusterConfig"]
         assert fixed["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is False
         assert autoscaled["enableInTreeAutoscaling"] is True
         assert autoscaled["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True

@@ -12,6 +12,9 @@ import json
 import pytest
 
 from config import ConfigError
+from config.sides import gpu_instance_types
+from manifests.charts import efa_device_plugin
+from planning.nodes import placement
 from tests.fakes import pulumi as harness
 from tests.fakes.pulumi import (
     REFUSED_STACKS,
@@ -23,6 +26,7 @@ from tests.fakes.pulumi import (
     minimal_config,
     plan_of,
     run_stack,
+    stack_settings,
 )
 
 CLUSTER = "eks:index:Cluster"
@@ -137,9 +141,11 @@ class TestDevStackBuildsTheSeedSystem:
         assert efa["values"]["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
 
     def test_efa_plugin_allows_the_gpu_type_in_use(self):
-        run = run_stack(overrides={"gpuNodes": {"instanceType": "g6e.8xlarge"}})
-        (efa,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "aws-efa-k8s-device-plugin"]
-        assert efa.inputs["values"]["supportedInstanceLabels"]["values"] == ["g6e.8xlarge"]
+        """The chart the program installs for the GPU type(s) (program/steps.py): dev's run above holds
+        the program to it for one type, the hetero stack file's (tests/test_sides.py) for two."""
+        settings = stack_settings("dev", gpuNodes={"instanceType": "g6e.8xlarge"})
+        efa = efa_device_plugin(placement(settings), gpu_instance_types(settings))
+        assert efa.values["supportedInstanceLabels"]["values"] == ["g6e.8xlarge"]
 
     def test_kuberay_operator_on_system_nodes(self, dev_stack: StackRun):
         kuberay = next(r for r in dev_stack.of_type(RELEASE) if r.inputs["chart"] == "kuberay-operator")
@@ -334,7 +340,8 @@ class TestSecureDefaults:
         assert levels == expected
 
     def test_bring_your_own_kms_key(self):
-        arn = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
+        # the key tests/test_teardown.py gives (STACK_KEY_ARN): one run for both
+        arn = "arn:aws:kms:sa-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
         run = run_stack(overrides={"cluster": {"secretsKmsKeyArn": arn}})
         assert [k.name for k in run.of_type("aws:kms/key:Key")] == ["cluster-volumes"]
         assert run.one(CLUSTER).inputs["encryptionConfigKeyArn"] == arn
@@ -342,15 +349,20 @@ class TestSecureDefaults:
 
 class TestHuggingFaceToken:
     def test_token_travels_as_a_secret_into_a_kubernetes_secret(self):
-        run = run_stack(secrets={"ray-llm-eks:huggingFaceToken": "hf_test_token"})
+        # tests/test_model_cache.py's world (one run for both): its team bucket replaces the stack's
+        # model bucket, independent of where the token goes
+        run = run_stack(
+            overrides={"modelCache": {"bucket": "team-models"}},
+            secrets={"ray-llm-eks:huggingFaceToken": "hf_x"},
+        )
         secret = run.one("kubernetes:core/v1:Secret", "ray-llm-hf-token")
         assert secret.inputs["metadata"]["name"] == "hf-token"
         data = secret.inputs["stringData"]
         assert isinstance(data, Secret) or isinstance(data.get("token"), Secret)
         token = data.value["token"] if isinstance(data, Secret) else data["token"].value
-        assert token == "hf_test_token"
+        assert token == "hf_x"
         ray = run.one(RAYSERVICE)
-        assert "hf_test_token" not in json.dumps(ray.inputs, default=str)
+        assert "hf_x" not in json.dumps(ray.inputs, default=str)
         env = ray.inputs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][
             0
         ]["env"]

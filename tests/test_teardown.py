@@ -10,8 +10,21 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError
+from manifests.addons import own_namespaces
+from planning import plan_stack
+from planning.where import Where
 from tests.fakes import pulumi as fakes
-from tests.fakes.pulumi import EXISTING_CLUSTER_STACKS, STACKS, StackRun, deployed, run_stack
+from tests.fakes.pulumi import (
+    EXISTING_CLUSTER_STACKS,
+    STACKS,
+    AwsState,
+    StackRun,
+    deployed,
+    run_stack,
+    stack_settings,
+)
+from world.offline import ACCOUNT_ID
+from world.reads import instance_types, where_it_serves
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = "ray-llm-eks:pod_identity:PodIdentity"
@@ -146,18 +159,28 @@ class TestKeysThatMustNotVanish:
         assert says in message
         assert fakes.LAST_RUN is not None and fakes.LAST_RUN.registrations == []
 
-    def test_changing_the_volume_key_warns_and_keeps_the_old_key(self):
-        first = run_stack()
-        changed = run_stack(overrides={"cluster": {"volumeKmsKeyArn": OTHER_KEY_ARN}}, aws=deployed(first))
+    @staticmethod
+    def where(aws: AwsState, **sections: dict) -> Where:
+        """What the program reads of the deployed dev stack in `aws` (its record on the VPC, the key
+        choices it checks against it: planning/where.py) and warns with, for dev's stack file with some
+        sections' keys overridden: __main__.read's step, with no stack run (that the program logs
+        `Where.warnings` is held by full runs elsewhere, e.g. tests/test_existing_cluster.py)."""
+        settings = stack_settings("dev", **sections)
+        world = aws.world(settings.region)
+        plan = plan_stack(settings, stack="dev", ec2=instance_types(settings, world), account_id=ACCOUNT_ID)
+        names = own_namespaces(settings, plan.cluster_name)
+        return where_it_serves(settings, plan, f"{fakes.PROJECT}/dev", world, world.caller(), names)
+
+    def test_changing_the_volume_key_warns_and_keeps_the_old_key(self, dev_stack):
+        changed = self.where(deployed(dev_stack), cluster={"volumeKmsKeyArn": OTHER_KEY_ARN})
         (warning,) = [w for w in changed.warnings if "volumeKmsKeyArn changes" in w]
         assert "from the stack's own key to " + OTHER_KEY_ARN in warning and "retained" in warning
 
-    def test_a_record_from_before_keys_were_recorded_refuses_nothing(self):
-        first = run_stack()
-        old = deployed(first)
+    def test_a_record_from_before_keys_were_recorded_refuses_nothing(self, dev_stack):
+        old = deployed(dev_stack)
         old.vpc_tags = {k: v for k, v in (old.vpc_tags or {}).items() if not k.endswith("-key")}
-        again = run_stack(overrides={"cluster": {"secretsKmsKeyArn": STACK_KEY_ARN}}, aws=old)
-        assert again.registrations
+        again = self.where(old, cluster={"secretsKmsKeyArn": STACK_KEY_ARN})  # raises if refused
+        assert again.record.secrets_key == STACK_KEY_ARN  # and the record takes the key from now on
 
 
 class TestWhatDestroyKeeps:
@@ -187,11 +210,14 @@ class TestWhatDestroyKeeps:
         assert documented == actual
 
     def test_each_choice_follows_its_key(self):
+        # The world tests/test_least_privilege.py gives its own volume key in (one run for both): which
+        # key encrypts the volumes is independent of what destroy keeps of the bucket, volume and logs.
+        volume_key = "arn:aws:kms:sa-east-1:123456789012:key/0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"
         run = run_stack(
             overrides={
                 "modelCache": {"forceDestroy": True},
                 "observability": {"keepVolumeOnDestroy": False},
-                "cluster": {"keepLogsOnDestroy": True},
+                "cluster": {"keepLogsOnDestroy": True, "volumeKmsKeyArn": volume_key},
             }
         )
         assert run.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is True
