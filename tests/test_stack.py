@@ -417,7 +417,7 @@ class TestStacksAndDeterminism:
                 for r in run.registrations
             )
 
-        assert snapshot(run_stack()) == snapshot(run_stack())
+        assert snapshot(run_stack()) == snapshot(run_stack(fresh=True))
 
     @pytest.mark.parametrize(
         ("overrides", "message"),

@@ -440,12 +440,14 @@ def run_stack(
     aws: AwsState | None = None,
     price_cache: Path | None = None,
     with_transforms: bool = False,
+    fresh: bool = False,
 ) -> StackRun:
     """Run __main__.main() for a stack file's config, with per-section overrides merged in, against
     the offline world `aws` describes. A run is deterministic, so one with the same arguments is
     answered from the last time (tests only read it). A run another worker made comes without the
     transforms its resources declared (functions, which do not travel): `with_transforms` makes it
-    in this process."""
+    in this process. `fresh` makes the run again, neither answered from the caches nor kept in them
+    (a determinism check)."""
     global LAST_RUN
     values = dict(config if config is not None else stack_file_config(stack))
     for section, changes in (overrides or {}).items():
@@ -461,9 +463,9 @@ def run_stack(
         sort_keys=True,
         default=str,
     )
-    if key in _RUNS:
+    if key in _RUNS and not fresh:
         return _RUNS[key]
-    stored = _stored(key) if price_cache is None and not with_transforms else None
+    stored = _stored(key) if price_cache is None and not with_transforms and not fresh else None
     if stored and stored.exists():
         run = _RUNS[key] = pickle.loads(stored.read_bytes())
         return run
@@ -484,6 +486,8 @@ def run_stack(
     except Exception:
         LAST_RUN = mocks.run
         raise
+    if fresh:
+        return run
     _RUNS[key] = run
     if stored:
         temporary = stored.with_suffix(f".{os.getpid()}")
