@@ -18,7 +18,7 @@ from planning.access import (
     principal_key,
 )
 from planning.where import Where
-from tests.fakes.pulumi import AwsState, StackRun, run_stack, stack_file_config, stack_settings
+from tests.fakes.pulumi import AwsState, StackRun, run_stack, stack_file_config, stack_settings, where_of
 
 P = "ray-llm-eks"
 CLUSTER = "eks:index:Cluster"
@@ -49,17 +49,8 @@ def planned(aws: AwsState, **cluster: Any) -> Where:
     as __main__.read calls it), with no stack run. The caller's ARN reaches the program only there
     (__main__.read: everything else takes the caller's account), and `test_the_program_registers_what_
     was_planned` holds the run's entries and VPC tags to it."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
-    from world.reads import where_it_serves
-
     settings = stack_settings("dev", cluster=cluster)
-    world = aws.world(settings.region)
-    caller = world.caller()
-    plan = plan_stack(settings, stack="dev", account_id=caller.account_id)
-    return where_it_serves(
-        settings, plan, STACK_ID, world, caller, own_namespaces(settings, plan.cluster_name)
-    )
+    return where_of(settings, aws.world(settings.region))
 
 
 def planned_principals(where: Where) -> dict[str, str]:

@@ -32,6 +32,7 @@ from tests.fakes.pulumi import (
     plan_of,
     run_stack,
     stack_file_config,
+    where_of,
 )
 
 if TYPE_CHECKING:
@@ -86,17 +87,10 @@ def planned(
     the stack file with `overrides` (world/reads.py `where_it_serves`, as __main__.read calls it), with
     no stack run: for the questions planning answers. TestWhatIsBuilt and TestAddons tie what a run
     builds to it (the add-ons it installs, the NLB's subnets, the GPU subnet, the warnings)."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
     from tests.fakes.pulumi import stack_settings
-    from world.reads import where_it_serves
 
     settings = stack_settings(stack, **overrides)
-    world = (aws or AwsState(team=team or TeamCluster())).world(settings.region)
-    caller = world.caller()
-    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
-    namespaces = own_namespaces(settings, plan.cluster_name)
-    return where_it_serves(settings, plan, f"ray-llm-eks/{stack}", world, caller, namespaces)
+    return where_of(settings, (aws or AwsState(team=team or TeamCluster())).world(settings.region), stack)
 
 
 @pytest.fixture(scope="module")
@@ -1168,19 +1162,12 @@ def test_a_principal_of_every_list_with_the_teams_entry_keeps_it(key):
     """Issue 53's sweep: EKS refuses a second access entry for a principal (ResourceInUseException at
     `up`), so a listed principal that already has the team's entry is left as the team made it, whichever
     list names it; the refresh list had been left out of what the program asks EKS about."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
     from tests.fakes.pulumi import stack_settings
-    from world.reads import where_it_serves
 
     principal = "arn:aws:iam::123456789012:role/platform-drift"
     world = AwsState(team=TeamCluster(access_entries={principal: {"owner": "platform"}})).world(
         TeamCluster().region
     )
-    settings = stack_settings(STACK, cluster={key: [principal]})
-    plan = plan_stack(settings, stack=STACK)
-    where = where_it_serves(
-        settings, plan, "ray-llm-eks/byo", world, world.caller(), own_namespaces(settings, plan.cluster_name)
-    )
+    where = where_of(stack_settings(STACK, cluster={key: [principal]}), world, STACK)
     assert principal not in [e.principal_arn for e in where.access.entries]
     assert any(f"{principal} has an access entry on the cluster already" in i for i in where.infos)

@@ -29,6 +29,7 @@ from tests.fakes.pulumi import (
     run_stack,
     stack_file_config,
     stack_settings,
+    where_of,
 )
 
 JOB = "kubernetes:batch/v1:Job"
@@ -53,16 +54,8 @@ def planned(config: dict[str, Any], stack: str, aws: AwsState | None = None) -> 
     its bucket `where.record.model_bucket` and records it so: `test_a_deployed_stack_keeps_the_name_its_
     record_holds` (a kept name) and `test_the_dev_stacks_bucket_is_recorded_with_its_zones` hold a run
     to that."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
-    from world.reads import where_it_serves
-
     settings = load_settings(config)
-    world = (aws or AwsState.for_config(config)).world(settings.region)
-    caller = world.caller()
-    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
-    namespaces = own_namespaces(settings, plan.cluster_name)
-    return where_it_serves(settings, plan, f"{PROJECT}/{stack}", world, caller, namespaces)
+    return where_of(settings, (aws or AwsState.for_config(config)).world(settings.region), stack)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from planning.addons import (
     tolerates,
 )
 from planning.where import Where
-from tests.fakes.pulumi import stack_settings
+from tests.fakes.pulumi import stack_settings, where_of
 from world.offline import TeamCluster
 
 
@@ -216,18 +216,12 @@ EXPLICIT_ADDONS = {
 def planned_on(team: TeamCluster, **sections: dict[str, Any]) -> Where:
     """What a preview plans on `team` (world/offline.py TeamCluster): world/reads.py `where_it_serves`
     against the offline world, no stack run; every add-on decided where its workloads cannot be read."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
     from world.offline import OfflineWorld
-    from world.reads import where_it_serves
 
     if not team.readable:
         sections = {"addons": EXPLICIT_ADDONS, **sections}
     settings = stack_settings("byo.example", **sections)
-    plan = plan_stack(settings, stack="byo.example")
-    world = OfflineWorld(region=team.region, team=team)
-    namespaces = own_namespaces(settings, plan.cluster_name)
-    return where_it_serves(settings, plan, "ray-llm-eks/byo.example", world, world.caller(), namespaces)
+    return where_of(settings, OfflineWorld(region=team.region, team=team), "byo.example")
 
 
 def cni_configured(configuration: str | None) -> TeamCluster:

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError
-from manifests.addons import own_namespaces
-from planning import plan_stack
 from planning.where import Where
 from tests.fakes import pulumi as fakes
 from tests.fakes.pulumi import (
@@ -22,9 +20,8 @@ from tests.fakes.pulumi import (
     deployed,
     run_stack,
     stack_settings,
+    where_of,
 )
-from world.offline import ACCOUNT_ID
-from world.reads import instance_types, where_it_serves
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = "ray-llm-eks:pod_identity:PodIdentity"
@@ -166,10 +163,7 @@ class TestKeysThatMustNotVanish:
         sections' keys overridden: __main__.read's step, with no stack run (that the program logs
         `Where.warnings` is held by full runs elsewhere, e.g. tests/test_existing_cluster.py)."""
         settings = stack_settings("dev", **sections)
-        world = aws.world(settings.region)
-        plan = plan_stack(settings, stack="dev", ec2=instance_types(settings, world), account_id=ACCOUNT_ID)
-        names = own_namespaces(settings, plan.cluster_name)
-        return where_it_serves(settings, plan, f"{fakes.PROJECT}/dev", world, world.caller(), names)
+        return where_of(settings, aws.world(settings.region))
 
     def test_changing_the_volume_key_warns_and_keeps_the_old_key(self, dev_stack):
         changed = self.where(deployed(dev_stack), cluster={"volumeKmsKeyArn": OTHER_KEY_ARN})

@@ -30,6 +30,7 @@ from tests.fakes.pulumi import (
     run_stack,
     stack_file_config,
     stack_settings,
+    where_of,
 )
 
 P = "ray-llm-eks"
@@ -163,16 +164,8 @@ def where(stack: str, aws: AwsState, offerings: dict[str, dict[str, list[str]]] 
     """Where the program plans a stack file to serve in the account `aws` (__main__.read's
     `where_it_serves`: the zones, and the record it writes on its VPC), with no stack run. The
     tests that use it tie it to a run's graph."""
-    from manifests.addons import own_namespaces
-    from planning import plan_stack
-    from world.reads import where_it_serves
-
     settings = stack_settings(stack)
-    world = aws.world(settings.region, offerings)
-    caller = world.caller()
-    plan = plan_stack(settings, stack=stack, account_id=caller.account_id)
-    names = own_namespaces(settings, plan.cluster_name)
-    return where_it_serves(settings, plan, f"{P}/{stack}", world, caller, names)
+    return where_of(settings, aws.world(settings.region, offerings), stack)
 
 
 class TestUnderMocks:

@@ -379,6 +379,24 @@ def plan_of(stack: str = "dev", team: TeamCluster | None = None, **sections: dic
     return replace(plan, context=existing_cluster(settings, existing, addons))
 
 
+def where_of(settings: Any, world: Any, stack: str = "dev") -> Any:
+    """What the program's read step decides for `settings` in `world`, with no stack run: world/reads.py
+    `where_it_serves` as __main__.read calls it (on the plan with EC2's answers, in the caller's
+    account): where the stack serves, the record it keeps on its VPC, the access entries, the add-ons
+    it installs on a team's cluster, and what preview says of them. A test that asks it a question
+    has a run elsewhere that holds the program to the same answer."""
+    from manifests.addons import own_namespaces
+    from planning import plan_stack
+    from world.reads import instance_types, where_it_serves
+
+    caller = world.caller()
+    plan = plan_stack(
+        settings, stack=stack, ec2=instance_types(settings, world), account_id=caller.account_id
+    )
+    namespaces = own_namespaces(settings, plan.cluster_name)
+    return where_it_serves(settings, plan, f"{PROJECT}/{stack}", world, caller, namespaces)
+
+
 def as_engine_config(config: dict[str, Any]) -> dict[str, str]:
     """Stack-file values as the engine hands them to the program: objects as JSON strings."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
