@@ -18,9 +18,9 @@ from planning import plan_stack
 from planning.cost import cost_report
 from planning.reservation import ON_DEMAND, CapacityPlan, capacity_change_warnings, capacity_record
 from planning.side_reservation import on_side_reservations, shared_placement_group
-from planning.zones import plan_zones
+from planning.zones import StackRecord, plan_zones
 from tests.fakes.capacity import BLOCK_ID, ODCR_ID, block, reservation
-from tests.fakes.pulumi import PROJECT, AwsState, StackRun, run_stack, stack_settings
+from tests.fakes.pulumi import PROJECT, AwsState, StackRun, deployed, run_stack, stack_settings, where_of
 from world.reads import reserved_by_side
 
 HETERO = "hetero.example"
@@ -241,17 +241,22 @@ def decode_on_odcr() -> StackRun:
     return run_stack(stack=HETERO, overrides=DECODE_RESERVED, aws=AwsState(reservations=(decode_odcr(),)))
 
 
+TEAM_BLOCK: dict[str, dict[str, Any]] = {
+    "gpuNodes": {**P5, "capacityReservation": BLOCK_ID},
+    "decodeNodes": {**P5, "capacityReservation": BLOCK_ID},
+    "model": {"prefillReplicas": 1, "decodeReplicas": 1},
+}
+"""Pulumi.byo.example.yaml's keys for prefill on gpuNodes' group and decode on its own, both on one
+Capacity Block of p5.48xlarge (`team_block`)."""
+BLOCK_THERE = AwsState(reservations=(block(total=2, zone="us-east-1a"),))
+"""The account before `team_block`'s first up: the block, in the team's GPU subnet's zone."""
+
+
 @pytest.fixture(scope="module")
 def team_block() -> StackRun:
     """Pulumi.byo.example.yaml (a team's cluster) with prefill on gpuNodes' group and decode on its
     own, both on one Capacity Block of p5.48xlarge."""
-    sections = {
-        "gpuNodes": {**P5, "capacityReservation": BLOCK_ID},
-        "decodeNodes": {**P5, "capacityReservation": BLOCK_ID},
-        "model": {"prefillReplicas": 1, "decodeReplicas": 1},
-    }
-    block_there = block(total=2, zone="us-east-1a")
-    return run_stack(stack="byo.example", overrides=sections, aws=AwsState(reservations=(block_there,)))
+    return run_stack(stack="byo.example", overrides=TEAM_BLOCK, aws=BLOCK_THERE)
 
 
 def templates(run: StackRun) -> dict[str, dict[str, Any]]:
@@ -310,6 +315,27 @@ class TestOnATeamsCluster:
         for template in templates(team_block).values():
             for interface in template["networkInterfaces"]:
                 assert interface["securityGroups"] == ["sg-0c1a5t3r5ecur1ty", "securityGroup/gpu-efa"]
+
+    def test_the_next_up_reads_the_record_back_from_the_shared_group_and_moves_nothing(self, team_block):
+        """A second `up` reads what the first wrote on the group (world/offline.py `existing_record`, as
+        the real read finds the group by its stack tag) and plans the same record, quietly; the same up
+        with decode moved off the block says its nodes are replaced, which it can say only from the
+        record (a first up, with none, says nothing)."""
+        after = deployed(team_block, BLOCK_THERE)
+        (group,) = team_block.of_type("aws:ec2/securityGroup:SecurityGroup")
+        settings = stack_settings("byo.example", **TEAM_BLOCK)
+        again = where_of(settings, after.world(settings.region), "byo.example")
+        assert again.record == StackRecord.from_tags(group.inputs["tags"])
+        assert again.record.gpu_capacity == f"prefill={BLOCK_ID} decode={BLOCK_ID}"
+        assert again.warnings == ()
+        assert (
+            "addons.kuberay: auto: the stack's own KubeRay operator (installed by an earlier up)"
+            in again.infos
+        )
+        moved = stack_settings("byo.example", **{**TEAM_BLOCK, "decodeNodes": P5})
+        (warning,) = where_of(moved, after.world(settings.region), "byo.example").warnings
+        assert f"this up moves them to prefill={BLOCK_ID} decode=on-demand: they are replaced" in warning
+        assert where_of(moved, BLOCK_THERE.world(settings.region), "byo.example").warnings == ()
 
     def test_one_subnet_and_the_stacks_autoscaler_tag_on_each_group(self, team_block):
         groups = [g for g in team_block.of_type(NODE_GROUP) if g.name.startswith("gpu-")]
