@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -665,13 +666,13 @@ def _with_kv_plan(metrics: ServingMetrics | None, settings: Settings, stack: str
     return replace(metrics, plan=KvPathFigures.of(plan))
 
 
-def _running_cost(root: Path, settings: Settings, gpu_nodes: int) -> str:
+def _running_cost(root: Path, settings: Settings, running: Mapping[str | None, int]) -> str:
     """From the prices the last preview or up cached (Pulumi's program asks the Price List API)."""
     from planning.cost import PriceCache, planned_zone_count, price_cache_path, price_queries, running_cost
 
     cache = PriceCache(price_cache_path(root), max_age=None)
     prices = cache.prices(settings.region, [q.key for q in price_queries(settings)])
-    return running_cost(settings, prices, planned_zone_count(settings), gpu_nodes)
+    return running_cost(settings, prices, planned_zone_count(settings), running)
 
 
 def _api_key(args: argparse.Namespace, settings: Settings | None, run: Runner) -> str | None:
@@ -831,7 +832,7 @@ def _against_cluster(
                 report = replace(
                     report,
                     parked=settings.autoscaling.parked,
-                    cost=_running_cost(args.root, settings, len(report.gpu_nodes)),
+                    cost=_running_cost(args.root, settings, Counter(n.side for n in report.gpu_nodes)),
                     metrics=_with_kv_plan(report.metrics, settings, args.stack),
                 )
             print(report.format())

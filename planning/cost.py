@@ -160,24 +160,34 @@ class CostReport:
         return "\n".join(lines)
 
 
-def running_cost(settings: Settings, prices: dict[str, float | None], zones: int, gpu_nodes: int) -> str:
-    """What the stack costs now, with the GPU nodes that run (for `ops status`)."""
+def running_cost(
+    settings: Settings, prices: dict[str, float | None], zones: int, running: Mapping[str | None, int]
+) -> str:
+    """What the stack costs now, with the GPU nodes that run (for `ops status`): `running` counts them
+    by their side label (planning/nodes.py GPU_SIDE_LABEL; None for nodes without one, as on shared GPU
+    nodes). Where the sides have node groups of their own, each side's line is priced at its type with
+    that side's nodes."""
     report = cost_report(settings, prices, zones)
+    nodes = sum(running.values())
     if split(settings):
-        # The nodes that run are not told apart by side here: each side's line at desiredSize.
-        now = report.serving
-        total = CostReport.total(now)
-        shown = "unknown (no price cached: run `pulumi preview`)" if total is None else f"${total:,.2f}/h"
-        most = CostReport.total(report.at_most)
-        at_most = "unknown" if most is None else f"${most:,.2f}/h"
-        return f"Cost at desiredSize: {shown} on demand, {gpu_nodes} GPU node(s) running; at most {at_most}"
-    gpu = report.serving[-1]
-    now = (*report.serving[:-1], CostLine(gpu.part, gpu_nodes, gpu.unit_price))
+        sides = all_side_nodes(settings)
+        fixed, lines = report.serving[: -len(sides)], report.serving[-len(sides) :]
+        priced = zip(lines, sides, strict=True)
+        now = (*fixed, *(CostLine(c.part, running.get(s.side, 0), c.unit_price) for c, s in priced))
+        counted = ", ".join(f"{running.get(s.side, 0)} {s.side}" for s in sides)
+        unlabelled = running.get(None, 0)
+        with_nodes = f"with {nodes} GPU node(s) ({counted}" + (
+            f", {unlabelled} without a side label, not priced)" if unlabelled else ")"
+        )
+    else:
+        gpu = report.serving[-1]
+        now = (*report.serving[:-1], CostLine(gpu.part, nodes, gpu.unit_price))
+        with_nodes = f"with {nodes} GPU node(s)"
     total = CostReport.total(now)
     shown = "unknown (no price cached: run `pulumi preview`)" if total is None else f"${total:,.2f}/h"
     most = CostReport.total(report.at_most)
     at_most = "unknown" if most is None else f"${most:,.2f}/h"
-    return f"Cost now: {shown} on demand, with {gpu_nodes} GPU node(s); at most {at_most}"
+    return f"Cost now: {shown} on demand, {with_nodes}; at most {at_most}"
 
 
 def planned_zone_count(settings: Settings) -> int:

@@ -12,7 +12,8 @@ import pytest
 from manifests.observability.kv_path import KV_STATUS_QUERIES, MECHANISM_QUERIES
 from manifests.pd_dashboard import status_queries
 from ops.cli import main
-from ops.status import collect_status
+from ops.status import INSTANCE_TYPE_LABEL, collect_status
+from planning.nodes import GPU_SIDE_LABEL
 from tests.fakes.kube import healthy_cluster
 from tests.fakes.ops import DECODE, PREFILL, FakeProcess, no_wait, prometheus_answers, vector
 from tests.fakes.pulumi import ROOT
@@ -188,6 +189,31 @@ def test_status_shows_what_the_stack_costs_now_from_the_cached_prices(tmp_path, 
     assert code == 0
     # Two GPU nodes run (the fixture's); prices of any age are shown, they are what the last preview saw.
     assert "Cost now: $4.57/h on demand, with 2 GPU node(s); at most $4.57/h" in out
+
+
+def test_status_prices_each_sides_running_nodes_where_the_sides_have_groups(tmp_path, capsys, price_cache):
+    """Pulumi.hetero.example.yaml: prefill on g6.8xlarge, decode on g6e.8xlarge, told apart by the
+    nodes' side label (planning/nodes.py GPU_SIDE_LABEL); its cost was at desiredSize before."""
+    (tmp_path / "Pulumi.hetero.example.yaml").write_text((ROOT / "Pulumi.hetero.example.yaml").read_text())
+    prices = {"eks": 0.1, "ec2:m7i.2xlarge": 0.4, "ec2:g6.8xlarge": 2.0, "ec2:g6e.8xlarge": 4.5, "nat": 0.05}
+    cached = {f"sa-east-1/{k}": {"usd_per_hour": v, "at": 0} for k, v in {**prices, "nlb": 0.02}.items()}
+    price_cache.write_text(json.dumps(cached))
+    cluster = healthy_cluster()
+    gpu = [n for n in cluster.nodes if n["metadata"]["labels"].get("role") == "gpu-worker"]
+    # Prefill's group scaled to nothing (minSize 0), decode's one node running.
+    cluster.nodes = [n for n in cluster.nodes if n is not gpu[0]]
+    gpu[1]["metadata"]["labels"].update({GPU_SIDE_LABEL: "decode", INSTANCE_TYPE_LABEL: "g6e.8xlarge"})
+
+    code = main(
+        ["status", "--stack", "hetero.example", "--root", str(tmp_path)],
+        connect=lambda _: cluster,
+        run=stack_outputs,
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # Decode's node at g6e.8xlarge's $4.50/h on top of the fixed $0.57/h; at most, both sides' one node.
+    assert "Cost now: $5.07/h on demand, with 1 GPU node(s) (0 prefill, 1 decode); at most $7.07/h" in out
 
 
 def test_status_without_cached_prices_says_how_to_get_them(tmp_path, capsys):

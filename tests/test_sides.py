@@ -294,6 +294,29 @@ class TestCostPerSide:
         assert lines["decode GPU nodes (g6e.8xlarge)"].hourly == 4.5
         assert report.total(report.parked) == pytest.approx(0.1 + 0.4 + 0.05 + 0.02)
 
+    def test_ops_status_prices_the_nodes_each_side_runs_at_its_type(self):
+        """`ops status` counts the running GPU nodes by their side label: one more decode node costs
+        decode's type, one more prefill node prefill's; nodes without the label are said, not priced."""
+        from planning.cost import running_cost
+
+        settings = stack_settings(HETERO)
+
+        def now(running: dict[str | None, int]) -> str:
+            return running_cost(settings, {**self.PRICES, "nlb": 0.02}, 2, running)
+
+        fixed = 0.1 + 0.4 + 0.05 + 0.02
+        assert now({"prefill": 1, "decode": 1}) == (
+            f"Cost now: ${fixed + 2.0 + 4.5:,.2f}/h on demand, with 2 GPU node(s) (1 prefill, 1 decode); "
+            f"at most ${fixed + 2.0 + 4.5:,.2f}/h"
+        )
+        assert f"${fixed + 2.0 + 2 * 4.5:,.2f}/h on demand, with 3 GPU node(s) (1 prefill, 2 decode)" in now(
+            {"prefill": 1, "decode": 2}
+        )
+        assert f"${fixed:,.2f}/h on demand, with 0 GPU node(s) (0 prefill, 0 decode)" in now({})
+        assert "with 3 GPU node(s) (1 prefill, 1 decode, 1 without a side label, not priced)" in now(
+            {"prefill": 1, "decode": 1, None: 1}
+        )
+
     def test_the_plan_names_each_sides_nodes(self):
         from ops.plan import gpu_node_lines
 
