@@ -126,7 +126,20 @@ def resources_by_component(run: Any) -> list[tuple[str, int, Counter[str]]]:
         chain = run.ancestors(reg)
         top = f"{chain[-1].name} ({chain[-1].type.split(':')[-1]})" if chain else "(the stack itself)"
         groups.setdefault(top, Counter())[short_type(reg.type)] += 1
-    return sorted(((name, sum(c.values()), c) for name, c in groups.items()), key=lambda g: -g[1])
+    return sorted(((name, sum(c.values()), c) for name, c in groups.items()), key=lambda g: (-g[1], g[0]))
+
+
+def resource_lines(run: Any) -> list[str]:
+    """A line per component: its resources' count and its four most numerous kinds. Ties go by name,
+    never by the order resources registered in (the SDK's scheduling decides that)."""
+    lines = []
+    for name, count, types in resources_by_component(run):
+        kinds = sorted(types.items(), key=lambda kind: (-kind[1], kind[0]))
+        shown = ", ".join(f"{n} {t}" for t, n in kinds[:4])
+        extra = len(kinds) - 4
+        more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
+        lines.append(f"  {count:>3}  {name}: {shown}{more}")
+    return lines
 
 
 def short_type(token: str) -> str:
@@ -215,11 +228,7 @@ def plan_report(
     groups = resources_by_component(run)
     total = sum(count for _, count, _ in groups)
     lines.append(f"Resources a first `up` creates ({total}, not counting pulumi-eks' and Helm's children):")
-    for name, count, types in groups:
-        shown = ", ".join(f"{n} {t}" for t, n in types.most_common(4))
-        extra = len(types) - 4
-        more = f", +{extra} more kind{'s' if extra > 1 else ''}" if extra > 0 else ""
-        lines.append(f"  {count:>3}  {name}: {shown}{more}")
+    lines += resource_lines(run)
     prices, source = prices_for(settings, price_cache_path(root), clock)
     world = OfflineWorld.for_stack(settings, {}, reservation_kind=RESERVATION_KINDS[reservation_kind])
     reference = settings.gpu_nodes.capacity_reservation

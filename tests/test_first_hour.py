@@ -119,13 +119,27 @@ class TestCopiedNames:
 
 
 class TestPlan:
+    def test_the_resources_by_component_do_not_depend_on_the_order_they_registered_in(self, dev_stack):
+        """`ops plan`'s resource lines (ops/plan.py): the SDK's scheduling orders registrations, and a
+        faster mocked engine once swapped two components and two kinds of equal count."""
+        from dataclasses import replace
+
+        from ops.plan import resource_lines
+
+        lines = resource_lines(dev_stack)
+        assert lines == resource_lines(replace(dev_stack, registrations=dev_stack.registrations[::-1]))
+        ray = next(line for line in lines if " ray-llm (RayService): " in line)
+        assert ray.endswith(
+            "4 k8s NetworkPolicy, 3 k8s ConfigMap, 2 k8s Job, 2 k8s ServiceAccount, +5 more kinds"
+        )
+
     def test_plan_prints_resources_fit_nodes_and_a_labelled_cost(self, capsys):
         assert main(["plan", "--stack", "dev"]) == 0
         out = capsys.readouterr().out
         assert "Plan of stack dev in sa-east-1" in out
         assert "model fits g6.8xlarge" in out
         assert "GPU: 2 x g6.8xlarge in sa-east-1a" in out
-        assert "network (Network): 4 aws Subnet" in out
+        assert "network (Network): 4 aws RouteTableAssociation, 4 aws Subnet, 3 aws RouteTable" in out
         assert f"Cost (price snapshot of {SNAPSHOT_DATE}, us-east-1 figures standing in for sa-east-1" in out
         assert "serving, GPU nodes at desiredSize: $4.60/h" in out
         assert out.count("hourly on-demand cost") == 0  # the program's own, unlabelled, is replaced
