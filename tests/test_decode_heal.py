@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from config import ConfigError
 from jobs import decode_heal as heal
@@ -21,7 +20,7 @@ from ops.render import manifests
 from tests.exported_metrics import EXPORTED
 from tests.fakes.pulumi import STACKS, StackRun, plan_of, run_stack, stack_settings
 from tests.promql import metric_names
-from tests.validators import promtool_in
+from tests.validators import promtool_expressions
 
 APP = "qwen"
 DECODE = "Decode:qwen3_5-9b"
@@ -188,17 +187,7 @@ class TestTheQueries:
             # 40 minutes on, the window has passed: no decode start within it.
             {"expr": self.QUERIES["decode_started"], "eval_time": "50m", "exp_samples": []},
         ]
-        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
-        (tmp_path / "tests.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "rule_files": ["rules.yaml"],
-                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-                },
-                width=1000,
-            )
-        )
-        promtool_in(tmp_path, "test", "rules", "tests.yaml")
+        promtool_expressions(tmp_path, series, tests)
 
 
 def test_a_run_restarts_once_logs_and_posts_an_event():

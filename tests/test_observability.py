@@ -40,7 +40,7 @@ from tests.fakes.pulumi import ROOT, STACKS, Secret, StackRun, run_stack, stack_
 from tests.promql import grafana_free as _grafana_free
 from tests.promql import metric_names
 from tests.ray_dashboards import generate
-from tests.validators import crd_package_errors, promtool_in
+from tests.validators import crd_package_errors, promtool_expressions, promtool_in
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CUSTOM = "kubernetes:monitoring.coreos.com/v1"
@@ -460,16 +460,7 @@ class TestTheLlmAutoscalingPolicysQueries:
             {"expr": q, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": v}]}
             for q, v in zip(self.QUERIES, expected, strict=True)
         ]
-        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
-        (tmp_path / "tests.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "rule_files": ["rules.yaml"],
-                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-                }
-            )
-        )
-        promtool_in(tmp_path, "test", "rules", "tests.yaml")
+        promtool_expressions(tmp_path, series, tests)
 
     def test_the_pd_dashboard_shows_the_decisions_per_side(self):
         scaling = {"signal": "llm", "prefill": {"maxReplicas": 2}, "decode": {"maxReplicas": 3}}

@@ -30,7 +30,7 @@ from tests.fakes.prometheus import FakePrometheus, serving
 from tests.fakes.pulumi import StackRun, plan_of, run_stack, stack_settings
 from tests.promql import grafana_free, metric_names
 from tests.serve_policy import as_the_controller_gets_it, context
-from tests.validators import promtool_in, serve_errors
+from tests.validators import promtool_expressions, serve_errors
 
 RAYSERVICE = "kubernetes:ray.io/v1:RayService"
 SCOPE = {"namespace": "inference", "jobs": "inference/ray-head-monitor|inference/ray-workers-monitor"}
@@ -325,16 +325,7 @@ class TestWhatPrometheusAnswers:
             {"expr": prefill, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 4.875}]},
             {"expr": decode, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 0.95}]},
         ]
-        (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
-        (tmp_path / "tests.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "rule_files": ["rules.yaml"],
-                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-                }
-            )
-        )
-        promtool_in(tmp_path, "test", "rules", "tests.yaml")
+        promtool_expressions(tmp_path, series, tests)
 
     def test_the_queries_use_only_exported_metrics(self):
         for signal in ("ttft", "itl"):

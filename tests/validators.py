@@ -375,3 +375,13 @@ def promtool_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]
     result = subprocess.run([promtool(), *args], cwd=directory, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
+
+
+def promtool_expressions(directory: Path, series: list[dict[str, str]], tests: list[dict[str, Any]]) -> None:
+    """`promtool test rules` of bare expressions (`promql_expr_test`, no rules) on `series` sampled every
+    minute, in `directory`: queries a program asks Prometheus, held to what it answers."""
+    (directory / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": tests}
+    document = {"rule_files": ["rules.yaml"], "tests": [test]}
+    (directory / "tests.yaml").write_text(yaml.safe_dump(document, width=1000))
+    promtool_in(directory, "test", "rules", "tests.yaml")
